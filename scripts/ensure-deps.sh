@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what building and testing the module needs and is missing: redis-server and
+# redis-cli (the tests run a real server) and libclang (bindgen, used by the redis-module
+# crate at build time). Installs through apt-get when it can; otherwise says what to install.
+set -euo pipefail
+
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+if ! ls /usr/lib/llvm-*/lib/libclang.so /usr/lib/*/libclang.so >/dev/null 2>&1; then
+  missing+=(libclang-dev)
+fi
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "ensure-deps: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # Debian's package starts a system redis on 6379 through the service manager when it can;
+  # the tests use their own servers, so a running system one is left as it is.
+  exit 0
+fi
+
+echo "ensure-deps: missing ${missing[*]}." >&2
+echo "  On Debian or Ubuntu: sudo apt-get install ${missing[*]}" >&2
+echo "  Elsewhere: install redis-server (7.0 or later) and libclang for your system." >&2
+exit 1

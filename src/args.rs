@@ -1,0 +1,235 @@
+//! Argument parsing for the `LOCK.*` commands, on plain byte slices so that it can be tested
+//! without a server. Everything is checked here, before a command touches a key: a command
+//! that gets past parsing cannot fail half-way.
+
+use crate::error::LockError;
+
+pub const MAX_TOKEN_LEN: usize = 256;
+
+/// Parsed `LOCK.ACQUIRE key token ttl [WAIT timeout]` (without the key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AcquireArgs<'a> {
+    pub token: &'a [u8],
+    pub ttl: u64,
+    /// `None` without `WAIT`; `Some(0)` waits without limit.
+    pub wait: Option<u64>,
+}
+
+/// `LOCK.ACQUIRE key token ttl [WAIT timeout]`; `args` excludes the command name and key.
+pub fn acquire<'a>(args: &[&'a [u8]], max_ttl: i64) -> Result<AcquireArgs<'a>, LockError> {
+    let (token, ttl, mut rest) = match args {
+        [token, ttl, rest @ ..] => (*token, *ttl, rest),
+        _ => return Err(LockError::Arity),
+    };
+    let token = token_arg(token)?;
+    let ttl = ttl_arg(ttl, max_ttl)?;
+    let mut wait = None;
+    while let [option, tail @ ..] = rest {
+        if option.eq_ignore_ascii_case(b"WAIT") && wait.is_none() {
+            let [timeout, tail @ ..] = tail else {
+                return Err(LockError::Syntax);
+            };
+            wait = Some(timeout_arg(timeout)?);
+            rest = tail;
+        } else {
+            return Err(LockError::Syntax);
+        }
+    }
+    Ok(AcquireArgs { token, ttl, wait })
+}
+
+/// `LOCK.EXTEND key token ttl`.
+pub fn extend<'a>(args: &[&'a [u8]], max_ttl: i64) -> Result<(&'a [u8], u64), LockError> {
+    match args {
+        [token, ttl] => Ok((token_arg(token)?, ttl_arg(ttl, max_ttl)?)),
+        _ => Err(LockError::Arity),
+    }
+}
+
+/// `LOCK.RELEASE key token` and `LOCK.FENCE key token`.
+pub fn token_only<'a>(args: &[&'a [u8]]) -> Result<&'a [u8], LockError> {
+    match args {
+        [token] => token_arg(token),
+        _ => Err(LockError::Arity),
+    }
+}
+
+/// Parsed `LOCK.APPLY key token deadline fence`: the state a master propagates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApplyArgs<'a> {
+    pub token: &'a [u8],
+    /// Unix time in milliseconds at which the lease ends.
+    pub deadline_unix_ms: i64,
+    pub fence: u64,
+}
+
+pub fn apply<'a>(args: &[&'a [u8]]) -> Result<ApplyArgs<'a>, LockError> {
+    let [token, deadline, fence] = args else {
+        return Err(LockError::Arity);
+    };
+    let token = token_arg(token).map_err(|_| LockError::BadApply("token"))?;
+    let deadline_unix_ms = integer(deadline).ok_or(LockError::BadApply("deadline"))?;
+    let fence = integer(fence)
+        .filter(|f| *f > 0)
+        .ok_or(LockError::BadApply("fence"))? as u64;
+    Ok(ApplyArgs {
+        token,
+        deadline_unix_ms,
+        fence,
+    })
+}
+
+fn token_arg(token: &[u8]) -> Result<&[u8], LockError> {
+    if token.is_empty() || token.len() > MAX_TOKEN_LEN {
+        return Err(LockError::TokenLength);
+    }
+    Ok(token)
+}
+
+fn ttl_arg(ttl: &[u8], max_ttl: i64) -> Result<u64, LockError> {
+    let ttl = integer(ttl).ok_or(LockError::NotAnInteger("ttl"))?;
+    if ttl < 1 || ttl > max_ttl {
+        return Err(LockError::TtlOutOfRange { max: max_ttl });
+    }
+    Ok(ttl as u64)
+}
+
+fn timeout_arg(timeout: &[u8]) -> Result<u64, LockError> {
+    let timeout = integer(timeout).ok_or(LockError::NotAnInteger("timeout"))?;
+    if timeout < 0 {
+        return Err(LockError::NegativeTimeout);
+    }
+    Ok(timeout as u64)
+}
+
+/// A signed 64-bit decimal integer as Redis itself accepts one: an optional `-`, digits, no
+/// `+`, no spaces, no leading zeros.
+fn integer(bytes: &[u8]) -> Option<i64> {
+    let digits = bytes.strip_prefix(b"-").unwrap_or(bytes);
+    let well_formed = !digits.is_empty()
+        && digits.iter().all(u8::is_ascii_digit)
+        && (digits[0] != b'0' || bytes == b"0");
+    if !well_formed {
+        return None;
+    }
+    std::str::from_utf8(bytes).ok()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAX: i64 = 86_400_000;
+
+    #[test]
+    fn acquire_plain_and_with_wait() {
+        assert_eq!(
+            acquire(&[b"t", b"100"], MAX),
+            Ok(AcquireArgs {
+                token: b"t",
+                ttl: 100,
+                wait: None
+            })
+        );
+        assert_eq!(
+            acquire(&[b"t", b"100", b"wait", b"0"], MAX).unwrap().wait,
+            Some(0)
+        );
+        assert_eq!(
+            acquire(&[b"t", b"100", b"WAIT", b"250"], MAX).unwrap().wait,
+            Some(250)
+        );
+    }
+
+    #[test]
+    fn acquire_rejects_bad_options() {
+        assert_eq!(acquire(&[b"t"], MAX), Err(LockError::Arity));
+        assert_eq!(acquire(&[b"t", b"1", b"NOPE"], MAX), Err(LockError::Syntax));
+        assert_eq!(acquire(&[b"t", b"1", b"WAIT"], MAX), Err(LockError::Syntax));
+        assert_eq!(
+            acquire(&[b"t", b"1", b"WAIT", b"1", b"WAIT", b"1"], MAX),
+            Err(LockError::Syntax)
+        );
+        assert_eq!(
+            acquire(&[b"t", b"1", b"WAIT", b"-1"], MAX),
+            Err(LockError::NegativeTimeout)
+        );
+        assert_eq!(
+            acquire(&[b"t", b"1", b"WAIT", b"x"], MAX),
+            Err(LockError::NotAnInteger("timeout"))
+        );
+    }
+
+    #[test]
+    fn ttl_bounds() {
+        assert_eq!(
+            acquire(&[b"t", b"0"], MAX),
+            Err(LockError::TtlOutOfRange { max: MAX })
+        );
+        assert_eq!(
+            acquire(&[b"t", b"-5"], MAX),
+            Err(LockError::TtlOutOfRange { max: MAX })
+        );
+        assert_eq!(
+            extend(&[b"t", b"86400001"], MAX),
+            Err(LockError::TtlOutOfRange { max: MAX })
+        );
+        assert_eq!(
+            extend(&[b"t", b"86400000"], MAX),
+            Ok((&b"t"[..], 86_400_000))
+        );
+        for bad in [
+            &b"1.5"[..],
+            b"",
+            b" 1",
+            b"+1",
+            b"01",
+            b"99999999999999999999",
+            b"1e3",
+        ] {
+            assert_eq!(
+                extend(&[b"t", bad], MAX),
+                Err(LockError::NotAnInteger("ttl")),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn token_bounds() {
+        let long = [b'x'; 257];
+        let max = [b'x'; 256];
+        assert_eq!(token_only(&[b""]), Err(LockError::TokenLength));
+        assert_eq!(token_only(&[&long]), Err(LockError::TokenLength));
+        assert_eq!(token_only(&[&max]), Ok(&max[..]));
+        assert_eq!(token_only(&[b"\0\xff"]), Ok(&b"\0\xff"[..]));
+        assert_eq!(token_only(&[]), Err(LockError::Arity));
+        assert_eq!(token_only(&[b"a", b"b"]), Err(LockError::Arity));
+    }
+
+    #[test]
+    fn integers_as_redis_reads_them() {
+        assert_eq!(integer(b"0"), Some(0));
+        assert_eq!(integer(b"-0"), None);
+        assert_eq!(integer(b"-12"), Some(-12));
+        assert_eq!(integer(b"9223372036854775807"), Some(i64::MAX));
+        assert_eq!(integer(b"9223372036854775808"), None);
+        assert_eq!(integer(b"-"), None);
+    }
+
+    #[test]
+    fn apply_args() {
+        let a = apply(&[b"tok", b"1700000000000", b"42"]).unwrap();
+        assert_eq!(a.fence, 42);
+        assert_eq!(a.deadline_unix_ms, 1_700_000_000_000);
+        assert_eq!(
+            apply(&[b"tok", b"1", b"0"]),
+            Err(LockError::BadApply("fence"))
+        );
+        assert_eq!(
+            apply(&[b"tok", b"x", b"1"]),
+            Err(LockError::BadApply("deadline"))
+        );
+        assert_eq!(apply(&[b"tok", b"1"]), Err(LockError::Arity));
+    }
+}

@@ -1,0 +1,68 @@
+//! The two clocks of the module. Leases and waits run on the monotonic clock, so that a step
+//! of the wall clock neither ends them early nor stretches them (SPEC guarantee 2). The wall
+//! clock appears only where a deadline leaves the process: RDB, AOF and replication carry
+//! absolute Unix-millisecond deadlines, converted back to monotonic ones when read.
+
+use std::sync::OnceLock;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// One reading of both clocks, in milliseconds. `mono` counts from an arbitrary origin
+/// fixed when the module first reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Now {
+    pub mono: u64,
+    pub wall: i64,
+}
+
+pub fn now() -> Now {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    let origin = *ORIGIN.get_or_init(Instant::now);
+    // Start the monotonic count well above zero, so that a deadline converted from a wall
+    // time in the past stays a positive number rather than saturating at 0.
+    let mono = origin.elapsed().as_millis() as u64 + MONO_BASE;
+    let wall = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    Now { mono, wall }
+}
+
+const MONO_BASE: u64 = 1 << 40;
+
+impl Now {
+    /// The Unix-millisecond time at which monotonic `deadline` falls, as seen now.
+    pub fn to_wall(self, deadline: u64) -> i64 {
+        self.wall + (deadline as i64 - self.mono as i64)
+    }
+
+    /// The monotonic deadline for Unix-millisecond time `wall_deadline`, as seen now.
+    pub fn to_mono(self, wall_deadline: i64) -> u64 {
+        let delta = wall_deadline.saturating_sub(self.wall);
+        (self.mono as i64).saturating_add(delta).max(0) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let now = Now {
+            mono: 5_000,
+            wall: 1_700_000_000_000,
+        };
+        assert_eq!(now.to_wall(6_000), 1_700_000_001_000);
+        assert_eq!(now.to_mono(1_700_000_001_000), 6_000);
+        // A deadline already past stays in the past.
+        assert_eq!(now.to_mono(1_699_999_999_000), 4_000);
+        assert_eq!(now.to_mono(i64::MIN), 0);
+    }
+
+    #[test]
+    fn monotonic_reads_do_not_go_back() {
+        let a = now();
+        let b = now();
+        assert!(b.mono >= a.mono);
+        assert!(a.mono >= MONO_BASE);
+    }
+}

@@ -1,0 +1,100 @@
+//! The one error type of the module. Every variant renders with an error code, because
+//! `RedisModule_ReplyWithError` sends the message as it is and a reply without a code
+//! reads to clients as an error whose code is the message's first word.
+
+use std::fmt;
+
+use redis_module::RedisError;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockError {
+    /// Wrong number of arguments: replied with the server's standard message.
+    Arity,
+    /// An unknown or repeated option.
+    Syntax,
+    /// `name` was not an integer, or did not fit in 64 bits.
+    NotAnInteger(&'static str),
+    /// `ttl` outside `1..=max`.
+    TtlOutOfRange {
+        max: i64,
+    },
+    NegativeTimeout,
+    TokenLength,
+    WrongType,
+    /// `LOCK.APPLY` sent by a client rather than the master link or the AOF.
+    InternalCommand,
+    /// A malformed `LOCK.APPLY` (only a corrupt AOF or replication stream can send one).
+    BadApply(&'static str),
+}
+
+impl fmt::Display for LockError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LockError::Arity => f.write_str("ERR wrong number of arguments"),
+            LockError::Syntax => f.write_str("ERR syntax error"),
+            LockError::NotAnInteger(name) => {
+                write!(f, "ERR {name} is not an integer or out of range")
+            }
+            LockError::TtlOutOfRange { max } => {
+                write!(f, "ERR ttl must be between 1 and {max} (lock.max-ttl)")
+            }
+            LockError::NegativeTimeout => f.write_str("ERR timeout must not be negative"),
+            LockError::TokenLength => f.write_str("ERR token must be 1 to 256 bytes"),
+            LockError::WrongType => {
+                f.write_str("WRONGTYPE Operation against a key holding the wrong kind of value")
+            }
+            LockError::InternalCommand => f.write_str(
+                "ERR LOCK.APPLY is internal: only the master link and the AOF may send it",
+            ),
+            LockError::BadApply(what) => write!(f, "ERR LOCK.APPLY: bad {what}"),
+        }
+    }
+}
+
+impl From<LockError> for RedisError {
+    fn from(e: LockError) -> Self {
+        match e {
+            // The crate turns this into RedisModule_WrongArity, which names the command
+            // exactly as the server's own arity check does.
+            LockError::Arity => RedisError::WrongArity,
+            LockError::WrongType => RedisError::WrongType,
+            other => RedisError::String(other.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_has_a_code() {
+        let all = [
+            LockError::Arity,
+            LockError::Syntax,
+            LockError::NotAnInteger("ttl"),
+            LockError::TtlOutOfRange { max: 10 },
+            LockError::NegativeTimeout,
+            LockError::TokenLength,
+            LockError::WrongType,
+            LockError::InternalCommand,
+            LockError::BadApply("fence"),
+        ];
+        for e in all {
+            let s = e.to_string();
+            let code = s.split(' ').next().unwrap();
+            assert!(code == "ERR" || code == "WRONGTYPE", "{s}");
+        }
+    }
+
+    #[test]
+    fn messages_name_the_argument() {
+        assert_eq!(
+            LockError::NotAnInteger("timeout").to_string(),
+            "ERR timeout is not an integer or out of range"
+        );
+        assert!(LockError::TtlOutOfRange { max: 5 }
+            .to_string()
+            .contains("ttl"));
+    }
+}

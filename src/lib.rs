@@ -1,0 +1,79 @@
+//! redis-lock: a Redis module that makes the distributed lock a native data type.
+//!
+//! - `lock.rs`: the lock as a pure state machine (holder, deadline, fence).
+//! - `fence.rs`: how fences are issued so that they never go backwards.
+//! - `args.rs`, `error.rs`: argument parsing and the error replies.
+//! - `commands.rs`: the `LOCK.*` commands over the state machine.
+//! - `persistence.rs`: the data type's RDB, AOF and memory callbacks.
+//! - `expiry.rs`: lease ends, from one index, one timer and the cron backstop.
+//! - `events.rs`, `config.rs`, `clock.rs`: server events, configuration, the two clocks.
+
+mod args;
+mod clock;
+mod commands;
+mod config;
+mod error;
+mod events;
+mod expiry;
+mod fence;
+mod lock;
+mod persistence;
+
+use redis_module::configuration::ConfigurationFlags;
+use redis_module::{redis_module, Context, ModuleOptions, RedisString, Status};
+
+use crate::fence::{server_fences, FenceIssuer};
+use crate::persistence::LOCK_TYPE;
+
+// Unit tests run without a server, where the Redis allocator does not exist.
+#[cfg(not(test))]
+type Allocator = redis_module::alloc::RedisAlloc;
+#[cfg(not(test))]
+const ALLOCATOR: Allocator = redis_module::alloc::RedisAlloc;
+#[cfg(test)]
+type Allocator = std::alloc::System;
+#[cfg(test)]
+const ALLOCATOR: Allocator = std::alloc::System;
+
+fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+    // HANDLE_IO_ERRORS: a corrupt RESTORE payload must be an error reply, not a crash.
+    // NO_IMPLICIT_SIGNAL_MODIFIED: a command that changes nothing must not abort a WATCH.
+    ctx.set_module_options(
+        ModuleOptions::HANDLE_IO_ERRORS | ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED,
+    );
+    let start = FenceIssuer::starting_at(clock::now().wall);
+    server_fences().observe(start.high_water());
+    if let Err(e) = events::subscribe(ctx) {
+        ctx.log_warning(e);
+        return Status::Err;
+    }
+    Status::Ok
+}
+
+redis_module! {
+    name: "lock",
+    version: 1,
+    allocator: (Allocator, ALLOCATOR),
+    data_types: [LOCK_TYPE],
+    init: init,
+    commands: [
+        ["lock.acquire", commands::acquire, "write deny-oom fast", 1, 1, 1, ""],
+        ["lock.release", commands::release, "write deny-oom fast", 1, 1, 1, ""],
+        ["lock.extend", commands::extend, "write deny-oom fast", 1, 1, 1, ""],
+        ["lock.fence", commands::fence, "write deny-oom fast", 1, 1, 1, ""],
+        ["lock.info", commands::info, "readonly fast", 1, 1, 1, ""],
+        ["lock.apply", commands::apply, "write", 1, 1, 1, ""],
+    ],
+    event_handlers: [
+        [@GENERIC: events::on_keyspace_event],
+    ],
+    configurations: [
+        i64: [
+            ["max-ttl", &config::MAX_TTL, config::DEFAULT_MAX_TTL, 1, config::MAX_TTL_LIMIT, ConfigurationFlags::DEFAULT, None],
+        ],
+        string: [],
+        bool: [],
+        enum: [],
+        module_args_as_configuration: true,
+    ]
+}

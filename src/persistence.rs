@@ -1,0 +1,186 @@
+//! The lock data type as Redis stores it: RDB save and load, AOF rewrite, the fence
+//! high-water mark as RDB aux data, and the memory callbacks.
+//!
+//! A lock is saved as (token, deadline as Unix milliseconds, fence). The deadline is
+//! absolute, as Redis saves key expiries, so that a lease keeps running while the server is
+//! down and ends on time after a restart, replica sync, `RESTORE` or `MIGRATE`.
+
+use std::os::raw::{c_char, c_int, c_void};
+use std::ptr;
+
+use redis_module::native_types::RedisType;
+use redis_module::raw;
+
+use crate::args::MAX_TOKEN_LEN;
+use crate::clock;
+use crate::expiry;
+use crate::fence::server_fences;
+use crate::lock::Lock;
+
+/// Bump when the saved layout changes; `rdb_load` refuses versions it does not know.
+pub const LOCK_ENCODING_VERSION: i32 = 1;
+
+pub static LOCK_TYPE: RedisType = RedisType::new(
+    "redislock",
+    LOCK_ENCODING_VERSION,
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(rdb_load),
+        rdb_save: Some(rdb_save),
+        aof_rewrite: Some(aof_rewrite),
+        free: Some(free),
+        mem_usage: Some(mem_usage),
+        digest: None,
+        aux_load: Some(aux_load),
+        aux_save: Some(aux_save),
+        aux_save2: None,
+        aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as i32,
+        free_effort: None,
+        unlink: None,
+        copy: Some(copy),
+        defrag: None,
+        copy2: None,
+        free_effort2: None,
+        mem_usage2: None,
+        unlink2: None,
+    },
+);
+
+unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    // SAFETY: Redis hands back a value this module created with `Box<Lock>`.
+    let lock = unsafe { &*value.cast::<Lock>() };
+    let now = clock::now();
+    raw::save_slice(rdb, lock.token());
+    raw::save_signed(rdb, now.to_wall(lock.deadline()));
+    raw::save_unsigned(rdb, lock.fence());
+}
+
+unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    if encver != LOCK_ENCODING_VERSION {
+        log_warning(&format!(
+            "lock: cannot load encoding version {encver} (this module reads {LOCK_ENCODING_VERSION})"
+        ));
+        return ptr::null_mut();
+    }
+    let Some(lock) = load_lock(rdb) else {
+        return ptr::null_mut();
+    };
+    server_fences().observe(lock.fence());
+    if let Some((db, key)) = key_of(rdb) {
+        expiry::track_without_timer(db, &key, lock.deadline());
+    }
+    Box::into_raw(Box::new(lock)).cast()
+}
+
+/// Reads one lock; `None` for a short read or values no saved lock can have (a corrupt
+/// `RESTORE` payload with a valid checksum gets here).
+fn load_lock(rdb: *mut raw::RedisModuleIO) -> Option<Lock> {
+    let token = raw::load_string_buffer(rdb).ok()?;
+    let deadline = raw::load_signed(rdb).ok()?;
+    let fence = raw::load_unsigned(rdb).ok()?;
+    let token = token.as_ref();
+    if token.is_empty() || token.len() > MAX_TOKEN_LEN || fence == 0 || fence > i64::MAX as u64 {
+        return None;
+    }
+    let deadline = clock::now().to_mono(deadline);
+    Some(Lock::restored(token, deadline, fence))
+}
+
+/// The name and database of the key being loaded, which Redis 7.0 passes for RDB files,
+/// replica syncs and `RESTORE`.
+fn key_of(rdb: *mut raw::RedisModuleIO) -> Option<(i32, Vec<u8>)> {
+    // SAFETY: `rdb` is the live IO context of this load; both calls only read it, and the
+    // returned string stays valid for the duration of the callback.
+    unsafe {
+        let name = raw::RedisModule_GetKeyNameFromIO.unwrap()(rdb);
+        if name.is_null() {
+            return None;
+        }
+        let db = raw::RedisModule_GetDbIdFromIO.unwrap()(rdb);
+        let mut len = 0;
+        let bytes = raw::string_ptr_len(name, &mut len);
+        Some((
+            db,
+            std::slice::from_raw_parts(bytes.cast::<u8>(), len).to_vec(),
+        ))
+    }
+}
+
+unsafe extern "C" fn aof_rewrite(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    value: *mut c_void,
+) {
+    // SAFETY: as in rdb_save.
+    let lock = unsafe { &*value.cast::<Lock>() };
+    let deadline = clock::now().to_wall(lock.deadline());
+    let token = lock.token();
+    // SAFETY: the format "sbll" matches the arguments: the key string, the token as pointer
+    // and length, and two long longs. EmitAOF copies them before it returns.
+    unsafe {
+        raw::RedisModule_EmitAOF.unwrap()(
+            aof,
+            c"LOCK.APPLY".as_ptr(),
+            c"sbll".as_ptr(),
+            key,
+            token.as_ptr().cast::<c_char>(),
+            token.len(),
+            deadline as std::os::raw::c_longlong,
+            lock.fence() as std::os::raw::c_longlong,
+        );
+    }
+}
+
+unsafe extern "C" fn free(value: *mut c_void) {
+    // SAFETY: the value was created by this module with `Box<Lock>` and Redis frees it once.
+    drop(unsafe { Box::from_raw(value.cast::<Lock>()) });
+}
+
+unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
+    // SAFETY: as in rdb_save.
+    unsafe { &*value.cast::<Lock>() }.heap_size()
+}
+
+unsafe extern "C" fn copy(
+    _from: *mut raw::RedisModuleString,
+    _to: *mut raw::RedisModuleString,
+    value: *const c_void,
+) -> *mut c_void {
+    // SAFETY: as in rdb_save. The copy's lease is tracked when the `copy_to` keyspace event
+    // names its key and database.
+    let lock = unsafe { &*value.cast::<Lock>() };
+    Box::into_raw(Box::new(lock.clone())).cast()
+}
+
+unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
+    raw::save_unsigned(rdb, server_fences().high_water());
+}
+
+unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
+    if encver != LOCK_ENCODING_VERSION {
+        return raw::REDISMODULE_ERR as c_int;
+    }
+    match raw::load_unsigned(rdb) {
+        Ok(high_water) => {
+            server_fences().observe(high_water);
+            raw::REDISMODULE_OK as c_int
+        }
+        Err(_) => raw::REDISMODULE_ERR as c_int,
+    }
+}
+
+fn log_warning(message: &str) {
+    let Ok(message) = std::ffi::CString::new(message) else {
+        return;
+    };
+    // SAFETY: RedisModule_Log accepts a NULL context (the load callbacks have none); the
+    // format and the message are NUL-terminated and the format takes exactly one string.
+    unsafe {
+        raw::RedisModule_Log.unwrap()(
+            ptr::null_mut(),
+            c"warning".as_ptr(),
+            c"%s".as_ptr(),
+            message.as_ptr(),
+        );
+    }
+}
