@@ -6,6 +6,8 @@
 //! fence` with the absolute Unix-millisecond deadline, and `DEL key` when a lock goes away.
 //! A replica or a replayed AOF so holds exactly what the master held, whatever its clock.
 
+use std::collections::VecDeque;
+
 use redis_module::key::RedisKeyWritable;
 use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
@@ -15,8 +17,9 @@ use crate::config;
 use crate::error::LockError;
 use crate::expiry::{self, LeaseEnd};
 use crate::fence::server_fences;
-use crate::lock::{Acquire, Lock};
+use crate::lock::{Acquire, Grant, Lock, Vacated};
 use crate::persistence::LOCK_TYPE;
+use crate::waiters::{self, Gone, Outcome};
 
 /// The most arguments after the key that any command reads. A longer call is handed to the
 /// parser cut to one more than this, which is enough for it to reject it.
@@ -96,48 +99,110 @@ fn number(ctx: &Context, n: i64) -> RedisString {
     RedisString::create_from_slice(ctx.ctx, n.to_string().as_bytes())
 }
 
+/// Grants are delivered like any other change: indexed, propagated with the new holder's
+/// deadline and fence, and replied to the waiter on the next event-loop turn.
+fn deliver(
+    ctx: &Context,
+    key: &RedisString,
+    lock: &Lock,
+    grant: Grant,
+    old: Option<u64>,
+    now: Now,
+) {
+    changed(ctx, key, lock, old, now);
+    if let Some(wait_deadline) = waiters::wake(grant.id, Outcome::Granted(grant.fence)) {
+        expiry::untrack_wait(grant.id, wait_deadline);
+    }
+}
+
+/// Brings `lock` up to `now` before a command acts on it: a lease that ended with clients
+/// waiting goes to the head of the queue first, so no command slips in ahead of them.
+fn settle(ctx: &Context, key: &RedisString, lock: &mut Lock, now: Now) {
+    let old = lock.deadline();
+    if let Some(grant) = lock.settle(now, &mut server_fences()) {
+        deliver(ctx, key, lock, grant, Some(old), now);
+    }
+}
+
+/// What follows a holder leaving (release, lease end, a withdrawn grant).
+fn vacated(
+    ctx: &Context,
+    key: &RedisKeyWritable,
+    name: &RedisString,
+    lock: &Lock,
+    v: Vacated,
+    old: u64,
+    now: Now,
+) {
+    match v {
+        Vacated::Granted(grant) => deliver(ctx, name, lock, grant, Some(old), now),
+        Vacated::Free => {
+            if key.delete().is_ok() {
+                removed(ctx, name, old);
+            }
+        }
+    }
+}
+
+fn may_block(ctx: &Context) -> bool {
+    !ctx.get_flags()
+        .intersects(ContextFlags::MULTI | ContextFlags::LUA | ContextFlags::DENY_BLOCKING)
+}
+
 /// `LOCK.ACQUIRE key token ttl [WAIT timeout]`
 pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let call = Call::split(&args)?;
     let a = args::acquire(call.rest(), config::max_ttl())?;
+    adopt_orphans(ctx);
     let now = clock::now();
     let key = ctx.open_key_writable(call.key);
-    let fence = match lock_at(&key)? {
-        Some(lock) => {
-            let old = lock.deadline();
-            match lock.acquire(a.token, a.ttl, now, &mut server_fences()) {
-                Acquire::Busy => return Ok(RedisValue::Null),
-                Acquire::Granted(fence) | Acquire::Renewed(fence) => {
-                    changed(ctx, call.key, lock, Some(old), now);
-                    fence
-                }
-            }
-        }
-        None => {
-            let (lock, fence) = Lock::acquired(a.token, a.ttl, now, &mut server_fences());
-            changed(ctx, call.key, &lock, None, now);
-            key.set_value(&LOCK_TYPE, lock)?;
-            fence
-        }
+    let Some(lock) = lock_at(&key)? else {
+        let (lock, fence) = Lock::acquired(a.token, a.ttl, now, &mut server_fences());
+        changed(ctx, call.key, &lock, None, now);
+        key.set_value(&LOCK_TYPE, lock)?;
+        return Ok(RedisValue::Integer(fence as i64));
     };
-    Ok(RedisValue::Integer(fence as i64))
+    settle(ctx, call.key, lock, now);
+    // Inside MULTI or a script, WAIT does not block: the reply is as without it.
+    let wait_as = match a.wait {
+        Some(timeout) if lock.must_wait(a.token, now) && may_block(ctx) => {
+            let deadline = (timeout > 0).then(|| now.mono + timeout);
+            let id = waiters::block(ctx, selected_db(ctx), call.key.as_slice(), deadline);
+            if let Some(deadline) = deadline {
+                expiry::track_wait(ctx, id, deadline);
+            }
+            Some(id)
+        }
+        _ => None,
+    };
+    let old = lock.deadline();
+    match lock.acquire(a.token, a.ttl, wait_as, now, &mut server_fences()) {
+        Acquire::Busy => Ok(RedisValue::Null),
+        // Blocked: the reply comes when the lock is granted or the wait times out.
+        Acquire::Queued => Ok(RedisValue::NoReply),
+        Acquire::Granted(fence) | Acquire::Renewed(fence) => {
+            changed(ctx, call.key, lock, Some(old), now);
+            Ok(RedisValue::Integer(fence as i64))
+        }
+    }
 }
 
 /// `LOCK.RELEASE key token`
 pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let call = Call::split(&args)?;
     let token = args::token_only(call.rest())?;
+    adopt_orphans(ctx);
     let now = clock::now();
     let key = ctx.open_key_writable(call.key);
     let Some(lock) = lock_at(&key)? else {
         return Ok(RedisValue::Integer(0));
     };
+    settle(ctx, call.key, lock, now);
     let old = lock.deadline();
-    if !lock.release(token, now) {
+    let Some(v) = lock.release(token, now, &mut server_fences()) else {
         return Ok(RedisValue::Integer(0));
-    }
-    key.delete()?;
-    removed(ctx, call.key, old);
+    };
+    vacated(ctx, &key, call.key, lock, v, old, now);
     Ok(RedisValue::Integer(1))
 }
 
@@ -145,11 +210,13 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 pub fn extend(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let call = Call::split(&args)?;
     let (token, ttl) = args::extend(call.rest(), config::max_ttl())?;
+    adopt_orphans(ctx);
     let now = clock::now();
     let key = ctx.open_key_writable(call.key);
     let Some(lock) = lock_at(&key)? else {
         return Ok(RedisValue::Integer(0));
     };
+    settle(ctx, call.key, lock, now);
     let old = lock.deadline();
     if !lock.extend(token, ttl, now) {
         return Ok(RedisValue::Integer(0));
@@ -162,11 +229,13 @@ pub fn extend(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 pub fn fence(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let call = Call::split(&args)?;
     let token = args::token_only(call.rest())?;
+    adopt_orphans(ctx);
     let now = clock::now();
     let key = ctx.open_key_writable(call.key);
     let Some(lock) = lock_at(&key)? else {
         return Ok(RedisValue::Null);
     };
+    settle(ctx, call.key, lock, now);
     let old = lock.deadline();
     match lock.new_fence(token, now, &mut server_fences()) {
         Some(fence) => {
@@ -188,9 +257,12 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         .get_value::<Lock>(&LOCK_TYPE)
         .map_err(|_| LockError::WrongType)?;
     let now = clock::now();
-    // A lease that has ended is a removed key, also in the moment before the sweep (or, on a
-    // replica, the master's DEL) takes it away.
-    let Some(info) = lock.filter(|l| l.is_held(now)).map(|l| l.info(now)) else {
+    // An ended lease with nobody waiting is a removed key, also in the moment before the
+    // sweep (or, on a replica, the master's DEL) takes it away.
+    let Some(info) = lock
+        .filter(|l| l.is_held(now) || l.waiter_count() > 0)
+        .map(|l| l.info(now))
+    else {
         return Ok(RedisValue::Null);
     };
     raw::reply_with_map(ctx.ctx, 4);
@@ -202,7 +274,7 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         ("holder", holder),
         ("fence", RedisValue::Integer(info.fence as i64)),
         ("ttl", RedisValue::Integer(info.ttl)),
-        ("waiters", RedisValue::Integer(0)),
+        ("waiters", RedisValue::Integer(info.waiters as i64)),
     ];
     for (name, value) in fields {
         ctx.reply(Ok(RedisValue::SimpleStringStatic(name)));
@@ -228,7 +300,7 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let old = match lock_at(&key)? {
         Some(lock) => {
             let old = lock.deadline();
-            *lock = Lock::restored(a.token, deadline, a.fence);
+            lock.overwrite(a.token, deadline, a.fence);
             Some(old)
         }
         None => {
@@ -264,12 +336,101 @@ pub fn end_lease(ctx: &Context, name: &RedisString, now: Now) -> LeaseEnd {
     {
         return LeaseEnd::Deferred;
     }
-    if key.delete().is_err() {
-        return LeaseEnd::Deferred;
+    let old = lock.deadline();
+    match lock.end_lease(now, &mut server_fences()) {
+        Some(v) => {
+            vacated(ctx, &key, name, lock, v, old, now);
+            LeaseEnd::Ended
+        }
+        None => LeaseEnd::Stale,
     }
-    ctx.replicate("DEL", &[name]);
-    signal_modified(ctx, name);
-    LeaseEnd::Ended
+}
+
+/// Opens the key a waiter waits on, in its database.
+fn waiter_key(ctx: &Context, db: i32, key: &[u8]) -> Option<RedisString> {
+    // SAFETY: ctx.ctx is the live context of this callback; SelectDb fails only for a
+    // database index out of range.
+    let selected = unsafe { raw::RedisModule_SelectDb.unwrap()(ctx.ctx, db) };
+    (selected == raw::REDISMODULE_OK as i32).then(|| RedisString::create_from_slice(ctx.ctx, key))
+}
+
+/// The sweep found waiter `id`'s wait deadline due: it leaves the queue and gets null.
+pub fn wait_timed_out(ctx: &Context, id: u64) {
+    let Some((db, key)) = waiters::key_of(id) else {
+        return; // granted or gone already
+    };
+    if let Some(name) = waiter_key(ctx, db, &key) {
+        if let Ok(Some(lock)) = lock_at(&ctx.open_key_writable(&name)) {
+            lock.remove_waiter(id);
+        }
+    }
+    waiters::wake(id, Outcome::TimedOut);
+}
+
+/// A blocked client went away: out of the queue, or, if it had been granted the lock but
+/// not told, the grant is withdrawn and passed on.
+pub fn waiter_gone(ctx: &Context, gone: Gone) {
+    if let Some(deadline) = gone.wait_deadline {
+        expiry::untrack_wait(gone.id, deadline);
+    }
+    let Some(name) = waiter_key(ctx, gone.db, &gone.key) else {
+        return;
+    };
+    let key = ctx.open_key_writable(&name);
+    let Ok(Some(lock)) = lock_at(&key) else {
+        return;
+    };
+    let Some(fence) = gone.undelivered else {
+        lock.remove_waiter(gone.id);
+        return;
+    };
+    let now = clock::now();
+    let old = lock.deadline();
+    if let Some(v) = lock.withdraw(fence, now, &mut server_fences()) {
+        vacated(ctx, &key, &name, lock, v, old, now);
+    }
+}
+
+/// Serves the waiters of keys deleted under them: each such key is granted to the head of
+/// its queue as a fresh lock, with a fence above the deleted key's last one. If the key was
+/// taken meanwhile, the queue waits behind that lock; if it now holds another type, they
+/// get null.
+pub fn adopt_orphans(ctx: &Context) {
+    if !waiters::has_orphans() {
+        return;
+    }
+    let now = clock::now();
+    for (queue, last_fence) in waiters::take_orphans() {
+        let queue: VecDeque<_> = queue
+            .into_iter()
+            .filter(|w| waiters::key_of(w.id).is_some())
+            .collect();
+        let Some((db, key_name)) = queue.front().and_then(|w| waiters::key_of(w.id)) else {
+            continue;
+        };
+        let Some(name) = waiter_key(ctx, db, &key_name) else {
+            continue;
+        };
+        let key = ctx.open_key_writable(&name);
+        match lock_at(&key) {
+            Ok(Some(lock)) => {
+                lock.append_waiters(queue);
+                settle(ctx, &name, lock, now);
+            }
+            Ok(None) => {
+                let granted = Lock::granted_to_queue(queue, last_fence, now, &mut server_fences());
+                if let Some((lock, grant)) = granted {
+                    deliver(ctx, &name, &lock, grant, None, now);
+                    let _ = key.set_value(&LOCK_TYPE, lock);
+                }
+            }
+            Err(_) => {
+                for w in queue {
+                    waiters::wake(w.id, Outcome::TimedOut);
+                }
+            }
+        }
+    }
 }
 
 impl From<LockError> for RedisResult {

@@ -69,10 +69,12 @@ impl Ord for dyn EntryKey + '_ {
     }
 }
 
-/// The ordered index of lease deadlines (monotonic milliseconds).
+/// The ordered index of lease deadlines and wait deadlines (monotonic milliseconds).
 #[derive(Debug, Default)]
 pub struct ExpiryIndex {
     entries: BTreeSet<Entry>,
+    /// (deadline, waiter id) of clients blocked with a `WAIT` timeout.
+    waits: BTreeSet<(u64, u64)>,
 }
 
 impl ExpiryIndex {
@@ -91,16 +93,34 @@ impl ExpiryIndex {
     }
 
     pub fn earliest(&self) -> Option<u64> {
-        self.entries.first().map(|e| e.deadline)
+        let lease = self.entries.first().map(|e| e.deadline);
+        let wait = self.waits.first().map(|w| w.0);
+        lease.into_iter().chain(wait).min()
     }
 
-    /// The next entry whose deadline is at or before `now`, taken out of the index.
+    /// The next lease entry whose deadline is at or before `now`, taken out of the index.
     pub fn pop_due(&mut self, now: u64) -> Option<(u64, i32, Box<[u8]>)> {
-        if self.earliest()? > now {
+        if self.entries.first()?.deadline > now {
             return None;
         }
         let e = self.entries.pop_first()?;
         Some((e.deadline, e.db, e.key))
+    }
+
+    pub fn insert_wait(&mut self, deadline: u64, id: u64) {
+        self.waits.insert((deadline, id));
+    }
+
+    pub fn remove_wait(&mut self, deadline: u64, id: u64) {
+        self.waits.remove(&(deadline, id));
+    }
+
+    /// The next waiter whose wait deadline is at or before `now`, taken out of the index.
+    pub fn pop_due_wait(&mut self, now: u64) -> Option<u64> {
+        if self.waits.first()?.0 > now {
+            return None;
+        }
+        self.waits.pop_first().map(|(_, id)| id)
     }
 
     /// `SWAPDB a b` moved every key of `a` to `b` and back.
@@ -130,6 +150,7 @@ impl ExpiryIndex {
 
 static INDEX: Mutex<ExpiryIndex> = Mutex::new(ExpiryIndex {
     entries: BTreeSet::new(),
+    waits: BTreeSet::new(),
 });
 
 /// The deadline and id of the armed timer, if one is armed.
@@ -166,6 +187,27 @@ pub fn track(ctx: &Context, db: i32, key: &[u8], old: Option<u64>, new: Option<u
 /// next cron tick arms it.
 pub fn track_without_timer(db: i32, key: &[u8], deadline: u64) {
     index().insert(deadline, db, key);
+}
+
+/// Indexes the wait deadline of waiter `id`.
+pub fn track_wait(ctx: &Context, id: u64, deadline: u64) {
+    index().insert_wait(deadline, id);
+    arm(ctx, clock::now());
+}
+
+pub fn untrack_wait(id: u64, deadline: u64) {
+    index().remove_wait(deadline, id);
+}
+
+/// Makes the sweep run on the next event-loop turn (for work queued where no key may be
+/// written, such as a deleted key's waiters).
+pub fn wake_soon(ctx: &Context) {
+    let mut timer = TIMER.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, id)) = timer.take() {
+        let _ = ctx.stop_timer::<()>(id);
+    }
+    let id = ctx.create_timer(Duration::from_millis(1), on_timer, ());
+    *timer = Some((0, id));
 }
 
 pub fn swap_dbs(a: i32, b: i32) {
@@ -218,7 +260,14 @@ pub fn on_cron(ctx: &Context) {
 
 /// Ends every lease that is due, in deadline order, and re-arms the timer.
 pub fn sweep(ctx: &Context) {
+    crate::commands::adopt_orphans(ctx);
     let now = clock::now();
+    for _ in 0..SWEEP_BATCH {
+        let Some(id) = index().pop_due_wait(now.mono) else {
+            break;
+        };
+        crate::commands::wait_timed_out(ctx, id);
+    }
     let mut deferred = Vec::new();
     for _ in 0..SWEEP_BATCH {
         let Some((deadline, db, key)) = index().pop_due(now.mono) else {

@@ -18,6 +18,7 @@ mod expiry;
 mod fence;
 mod lock;
 mod persistence;
+mod waiters;
 
 use redis_module::configuration::ConfigurationFlags;
 use redis_module::{redis_module, Context, ModuleOptions, RedisString, Status};

@@ -6,6 +6,8 @@
 //! `now.mono < deadline`; once the deadline has passed the value only remembers the last
 //! fence until the key is removed (by the lease-end sweep, or by the next write to the key).
 
+use std::collections::VecDeque;
+
 use crate::clock::Now;
 use crate::fence::FenceIssuer;
 
@@ -16,6 +18,36 @@ pub struct Lock {
     deadline: u64,
     /// The last fence issued for this key.
     fence: u64,
+    /// Clients waiting for the lock, first come first served. Boxed so that a lock nobody
+    /// waits for stays one pointer larger, not four.
+    #[allow(clippy::box_collection)]
+    waiters: Option<Box<VecDeque<Waiter>>>,
+}
+
+/// A client queued by `LOCK.ACQUIRE … WAIT`. The id is the command layer's handle on the
+/// blocked client; the state machine only keeps the order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiter {
+    pub id: u64,
+    token: Box<[u8]>,
+    ttl: u64,
+}
+
+impl Waiter {
+    pub fn new(id: u64, token: &[u8], ttl: u64) -> Waiter {
+        Waiter {
+            id,
+            token: token.into(),
+            ttl,
+        }
+    }
+}
+
+/// The lock was handed to waiter `id` under `fence`: the command layer replies to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grant {
+    pub id: u64,
+    pub fence: u64,
 }
 
 /// What `LOCK.ACQUIRE` did.
@@ -27,6 +59,17 @@ pub enum Acquire {
     Renewed(u64),
     /// Another token holds it.
     Busy,
+    /// Another token holds it and the caller joined the queue.
+    Queued,
+}
+
+/// What happened to a lock that its holder gave up (release, lease end, a withdrawn grant).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Vacated {
+    /// The head of the queue holds it now.
+    Granted(Grant),
+    /// Nobody waits: the caller removes the key.
+    Free,
 }
 
 /// What `LOCK.INFO` reports.
@@ -36,27 +79,59 @@ pub struct Info<'a> {
     pub fence: u64,
     /// Remaining lease in milliseconds; -1 when not held.
     pub ttl: i64,
+    pub waiters: usize,
 }
 
 impl Lock {
-    /// A fresh key acquired by `token`. The caller issues the first fence.
+    /// A fresh key acquired by `token`, with its first fence.
     pub fn acquired(token: &[u8], ttl: u64, now: Now, fences: &mut FenceIssuer) -> (Lock, u64) {
         let fence = fences.issue(0, now.wall);
         let lock = Lock {
             token: token.into(),
             deadline: now.mono + ttl,
             fence,
+            waiters: None,
         };
         (lock, fence)
     }
 
+    /// A fresh key granted to the first of `queue` (waiters of a key that was deleted under
+    /// them), its fence above `last_fence`. The rest of the queue keeps its order.
+    pub fn granted_to_queue(
+        mut queue: VecDeque<Waiter>,
+        last_fence: u64,
+        now: Now,
+        fences: &mut FenceIssuer,
+    ) -> Option<(Lock, Grant)> {
+        let head = queue.pop_front()?;
+        let fence = fences.issue(last_fence, now.wall);
+        let lock = Lock {
+            token: head.token,
+            deadline: now.mono + head.ttl,
+            fence,
+            waiters: (!queue.is_empty()).then(|| Box::new(queue)),
+        };
+        Some((lock, Grant { id: head.id, fence }))
+    }
+
     /// A lock as persisted or replicated; `deadline` is already on the monotonic clock.
+    /// Waiters are not persisted: they are connections to this server.
     pub fn restored(token: &[u8], deadline: u64, fence: u64) -> Lock {
         Lock {
             token: token.into(),
             deadline,
             fence,
+            waiters: None,
         }
+    }
+
+    /// Replaces holder, deadline and fence with what a master propagated, keeping the queue.
+    pub fn overwrite(&mut self, token: &[u8], deadline: u64, fence: u64) {
+        if *self.token != *token {
+            self.token = token.into();
+        }
+        self.deadline = deadline;
+        self.fence = fence;
     }
 
     pub fn token(&self) -> &[u8] {
@@ -79,10 +154,76 @@ impl Lock {
         self.is_held(now) && *self.token == *token
     }
 
+    pub fn waiter_count(&self) -> usize {
+        self.waiters.as_ref().map_or(0, |q| q.len())
+    }
+
+    /// True if `token` would have to wait: another token holds the lock.
+    pub fn must_wait(&self, token: &[u8], now: Now) -> bool {
+        self.is_held(now) && *self.token != *token
+    }
+
+    /// Puts the waiters of a deleted key behind the ones of this lock, in their order.
+    pub fn append_waiters(&mut self, queue: VecDeque<Waiter>) {
+        if !queue.is_empty() {
+            self.waiters
+                .get_or_insert_with(Default::default)
+                .extend(queue);
+        }
+    }
+
+    /// The same holder, lease and fence without the queue, for `COPY`: waiters are
+    /// connections waiting for the original key.
+    pub fn without_waiters(&self) -> Lock {
+        Lock::restored(&self.token, self.deadline, self.fence)
+    }
+
+    /// Takes the whole queue (the key is going away under it).
+    pub fn take_waiters(&mut self) -> VecDeque<Waiter> {
+        self.waiters.take().map(|q| *q).unwrap_or_default()
+    }
+
+    /// Brings the lock up to `now`: if the lease has ended and clients wait, the head of the
+    /// queue holds the lock from now on. Every operation starts with this, so that nobody
+    /// slips in between a lease's end and the sweep that notices it.
+    pub fn settle(&mut self, now: Now, fences: &mut FenceIssuer) -> Option<Grant> {
+        if self.is_held(now) {
+            return None;
+        }
+        self.grant_next(now, fences)
+    }
+
+    fn grant_next(&mut self, now: Now, fences: &mut FenceIssuer) -> Option<Grant> {
+        let queue = self.waiters.as_mut()?;
+        let head = queue.pop_front()?;
+        if queue.is_empty() {
+            self.waiters = None;
+        }
+        self.fence = fences.issue(self.fence, now.wall);
+        self.token = head.token;
+        self.deadline = now.mono + head.ttl;
+        Some(Grant {
+            id: head.id,
+            fence: self.fence,
+        })
+    }
+
+    /// The lock after its holder left at `now`: granted to the next waiter, or free.
+    fn vacate(&mut self, now: Now, fences: &mut FenceIssuer) -> Vacated {
+        self.deadline = now.mono;
+        match self.grant_next(now, fences) {
+            Some(grant) => Vacated::Granted(grant),
+            None => Vacated::Free,
+        }
+    }
+
+    /// `LOCK.ACQUIRE`. With `wait_as`, a caller that finds the lock held joins the queue
+    /// under that id instead of being turned away. Call [`Lock::settle`] first.
     pub fn acquire(
         &mut self,
         token: &[u8],
         ttl: u64,
+        wait_as: Option<u64>,
         now: Now,
         fences: &mut FenceIssuer,
     ) -> Acquire {
@@ -91,8 +232,15 @@ impl Lock {
             return Acquire::Renewed(self.fence);
         }
         if self.is_held(now) {
-            return Acquire::Busy;
+            let Some(id) = wait_as else {
+                return Acquire::Busy;
+            };
+            self.waiters
+                .get_or_insert_with(Default::default)
+                .push_back(Waiter::new(id, token, ttl));
+            return Acquire::Queued;
         }
+        // Free, and (settled) nobody waits.
         self.fence = fences.issue(self.fence, now.wall);
         if *self.token != *token {
             self.token = token.into();
@@ -101,12 +249,47 @@ impl Lock {
         Acquire::Granted(self.fence)
     }
 
-    /// True if `token` held the lock; it is free from now on and the caller removes the key.
-    pub fn release(&mut self, token: &[u8], now: Now) -> bool {
+    /// `LOCK.RELEASE`: `None` if `token` does not hold the lock.
+    pub fn release(&mut self, token: &[u8], now: Now, fences: &mut FenceIssuer) -> Option<Vacated> {
         if !self.is_held_by(token, now) {
-            return false;
+            return None;
         }
-        self.deadline = now.mono;
+        Some(self.vacate(now, fences))
+    }
+
+    /// The lease ended (the sweep found it due): what follows, or `None` if it is still held
+    /// (extended since).
+    pub fn end_lease(&mut self, now: Now, fences: &mut FenceIssuer) -> Option<Vacated> {
+        if self.is_held(now) {
+            return None;
+        }
+        Some(match self.grant_next(now, fences) {
+            Some(grant) => Vacated::Granted(grant),
+            None => Vacated::Free,
+        })
+    }
+
+    /// A grant under `fence` could not be delivered (the client went away): take it back
+    /// and pass the lock on. `None` if the lock has moved on since.
+    pub fn withdraw(&mut self, fence: u64, now: Now, fences: &mut FenceIssuer) -> Option<Vacated> {
+        if self.fence != fence || !self.is_held(now) {
+            return None;
+        }
+        Some(self.vacate(now, fences))
+    }
+
+    /// Takes waiter `id` out of the queue (timed out or disconnected).
+    pub fn remove_waiter(&mut self, id: u64) -> bool {
+        let Some(queue) = self.waiters.as_mut() else {
+            return false;
+        };
+        let Some(at) = queue.iter().position(|w| w.id == id) else {
+            return false;
+        };
+        queue.remove(at);
+        if queue.is_empty() {
+            self.waiters = None;
+        }
         true
     }
 
@@ -137,12 +320,18 @@ impl Lock {
             } else {
                 -1
             },
+            waiters: self.waiter_count(),
         }
     }
 
     /// Heap bytes owned by this value, for `MEMORY USAGE`.
     pub fn heap_size(&self) -> usize {
-        std::mem::size_of::<Lock>() + self.token.len()
+        let queue = self.waiters.as_ref().map_or(0, |q| {
+            std::mem::size_of::<VecDeque<Waiter>>()
+                + q.capacity() * std::mem::size_of::<Waiter>()
+                + q.iter().map(|w| w.token.len()).sum::<usize>()
+        });
+        std::mem::size_of::<Lock>() + self.token.len() + queue
     }
 }
 
@@ -165,9 +354,9 @@ mod tests {
     fn acquire_is_exclusive_until_the_lease_ends() {
         let mut f = FenceIssuer::default();
         let (mut lock, first) = fresh(b"a", 100, at(0), &mut f);
-        assert_eq!(lock.acquire(b"b", 100, at(50), &mut f), Acquire::Busy);
-        assert_eq!(lock.acquire(b"b", 100, at(99), &mut f), Acquire::Busy);
-        match lock.acquire(b"b", 100, at(100), &mut f) {
+        assert_eq!(lock.acquire(b"b", 100, None, at(50), &mut f), Acquire::Busy);
+        assert_eq!(lock.acquire(b"b", 100, None, at(99), &mut f), Acquire::Busy);
+        match lock.acquire(b"b", 100, None, at(100), &mut f) {
             Acquire::Granted(second) => assert!(second > first),
             other => panic!("{other:?}"),
         }
@@ -179,7 +368,7 @@ mod tests {
         let mut f = FenceIssuer::default();
         let (mut lock, fence) = fresh(b"a", 100, at(0), &mut f);
         assert_eq!(
-            lock.acquire(b"a", 500, at(90), &mut f),
+            lock.acquire(b"a", 500, None, at(90), &mut f),
             Acquire::Renewed(fence)
         );
         assert_eq!(lock.info(at(90)).ttl, 500);
@@ -190,7 +379,7 @@ mod tests {
         let mut f = FenceIssuer::default();
         let (mut lock, fence) = fresh(b"a", 100, at(0), &mut f);
         assert!(
-            matches!(lock.acquire(b"a", 100, at(100), &mut f), Acquire::Granted(n) if n > fence)
+            matches!(lock.acquire(b"a", 100, None, at(100), &mut f), Acquire::Granted(n) if n > fence)
         );
     }
 
@@ -198,18 +387,18 @@ mod tests {
     fn release_only_by_the_holder() {
         let mut f = FenceIssuer::default();
         let (mut lock, _) = fresh(b"a", 100, at(0), &mut f);
-        assert!(!lock.release(b"b", at(10)));
+        assert_eq!(lock.release(b"b", at(10), &mut f), None);
         assert!(lock.is_held(at(10)));
-        assert!(lock.release(b"a", at(10)));
+        assert_eq!(lock.release(b"a", at(10), &mut f), Some(Vacated::Free));
         assert!(!lock.is_held(at(10)));
-        assert!(!lock.release(b"a", at(10)));
+        assert_eq!(lock.release(b"a", at(10), &mut f), None);
     }
 
     #[test]
     fn release_after_the_lease_ended_is_refused() {
         let mut f = FenceIssuer::default();
         let (mut lock, _) = fresh(b"a", 100, at(0), &mut f);
-        assert!(!lock.release(b"a", at(100)));
+        assert_eq!(lock.release(b"a", at(100), &mut f), None);
     }
 
     #[test]
@@ -244,7 +433,8 @@ mod tests {
             Info {
                 holder: Some(&b"a"[..]),
                 fence,
-                ttl: 70
+                ttl: 70,
+                waiters: 0,
             }
         );
         assert_eq!(
@@ -252,7 +442,8 @@ mod tests {
             Info {
                 holder: None,
                 fence,
-                ttl: -1
+                ttl: -1,
+                waiters: 0,
             }
         );
     }
@@ -269,5 +460,116 @@ mod tests {
             assert!(next > seen);
             seen = next;
         }
+    }
+
+    fn queued(lock: &mut Lock, id: u64, now: Now, f: &mut FenceIssuer) {
+        let token = format!("w{id}");
+        assert_eq!(
+            lock.acquire(token.as_bytes(), 100, Some(id), now, f),
+            Acquire::Queued
+        );
+    }
+
+    #[test]
+    fn release_hands_the_lock_to_the_head_of_the_queue() {
+        let mut f = FenceIssuer::default();
+        let (mut lock, first) = fresh(b"a", 100, at(0), &mut f);
+        for id in 1..=3 {
+            queued(&mut lock, id, at(1), &mut f);
+        }
+        assert_eq!(lock.info(at(1)).waiters, 3);
+        let Some(Vacated::Granted(g)) = lock.release(b"a", at(10), &mut f) else {
+            panic!()
+        };
+        assert_eq!(g.id, 1);
+        assert!(g.fence > first);
+        assert_eq!(lock.info(at(10)).holder, Some(&b"w1"[..]));
+        assert_eq!(lock.info(at(10)).ttl, 100);
+        assert_eq!(lock.info(at(10)).waiters, 2);
+    }
+
+    #[test]
+    fn a_lease_end_grants_in_fifo_order() {
+        let mut f = FenceIssuer::default();
+        let (mut lock, _) = fresh(b"a", 10, at(0), &mut f);
+        for id in 1..=5 {
+            queued(&mut lock, id, at(1), &mut f);
+        }
+        let mut order = vec![];
+        let mut t = 10;
+        while let Some(Vacated::Granted(g)) = lock.end_lease(at(t), &mut f) {
+            order.push(g.id);
+            t += 100;
+        }
+        assert_eq!(order, vec![1, 2, 3, 4, 5]);
+        assert_eq!(lock.end_lease(at(t), &mut f), Some(Vacated::Free));
+    }
+
+    #[test]
+    fn no_barging_while_clients_wait() {
+        let mut f = FenceIssuer::default();
+        let (mut lock, _) = fresh(b"a", 10, at(0), &mut f);
+        queued(&mut lock, 7, at(1), &mut f);
+        // The lease ended but no sweep ran yet: a newcomer must not get in ahead.
+        let grant = lock.settle(at(20), &mut f).unwrap();
+        assert_eq!(grant.id, 7);
+        assert_eq!(
+            lock.acquire(b"new", 10, None, at(20), &mut f),
+            Acquire::Busy
+        );
+    }
+
+    #[test]
+    fn the_holder_waiting_again_is_renewed_at_once() {
+        let mut f = FenceIssuer::default();
+        let (mut lock, fence) = fresh(b"a", 10, at(0), &mut f);
+        assert_eq!(
+            lock.acquire(b"a", 50, Some(9), at(5), &mut f),
+            Acquire::Renewed(fence)
+        );
+        assert_eq!(lock.waiter_count(), 0);
+    }
+
+    #[test]
+    fn a_waiter_that_leaves_is_skipped() {
+        let mut f = FenceIssuer::default();
+        let (mut lock, _) = fresh(b"a", 10, at(0), &mut f);
+        queued(&mut lock, 1, at(1), &mut f);
+        queued(&mut lock, 2, at(1), &mut f);
+        assert!(lock.remove_waiter(1));
+        assert!(!lock.remove_waiter(1));
+        assert_eq!(lock.settle(at(10), &mut f).map(|g| g.id), Some(2));
+    }
+
+    #[test]
+    fn a_withdrawn_grant_passes_to_the_next_waiter() {
+        let mut f = FenceIssuer::default();
+        let (mut lock, _) = fresh(b"a", 10, at(0), &mut f);
+        queued(&mut lock, 1, at(1), &mut f);
+        queued(&mut lock, 2, at(1), &mut f);
+        let g1 = lock.settle(at(10), &mut f).unwrap();
+        let Some(Vacated::Granted(g2)) = lock.withdraw(g1.fence, at(11), &mut f) else {
+            panic!()
+        };
+        assert_eq!(g2.id, 2);
+        assert!(g2.fence > g1.fence);
+        // A stale withdrawal (the lock moved on) changes nothing.
+        assert_eq!(lock.withdraw(g1.fence, at(12), &mut f), None);
+        assert_eq!(lock.withdraw(g2.fence, at(13), &mut f), Some(Vacated::Free));
+    }
+
+    #[test]
+    fn a_deleted_key_is_granted_to_its_queue() {
+        let mut f = FenceIssuer::default();
+        let (mut lock, fence) = fresh(b"a", 10, at(0), &mut f);
+        queued(&mut lock, 1, at(1), &mut f);
+        queued(&mut lock, 2, at(1), &mut f);
+        let queue = lock.take_waiters();
+        let (lock, grant) = Lock::granted_to_queue(queue, fence, at(2), &mut f).unwrap();
+        assert_eq!(grant.id, 1);
+        assert!(grant.fence > fence);
+        assert_eq!(lock.info(at(2)).holder, Some(&b"w1"[..]));
+        assert_eq!(lock.waiter_count(), 1);
+        assert!(Lock::granted_to_queue(VecDeque::new(), 0, at(2), &mut f).is_none());
     }
 }

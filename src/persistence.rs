@@ -16,6 +16,7 @@ use crate::clock;
 use crate::expiry;
 use crate::fence::server_fences;
 use crate::lock::Lock;
+use crate::waiters;
 
 /// Bump when the saved layout changes; `rdb_load` refuses versions it does not know.
 pub const LOCK_ENCODING_VERSION: i32 = 1;
@@ -133,7 +134,11 @@ unsafe extern "C" fn aof_rewrite(
 
 unsafe extern "C" fn free(value: *mut c_void) {
     // SAFETY: the value was created by this module with `Box<Lock>` and Redis frees it once.
-    drop(unsafe { Box::from_raw(value.cast::<Lock>()) });
+    let mut lock = unsafe { Box::from_raw(value.cast::<Lock>()) };
+    if lock.waiter_count() > 0 {
+        // The key was deleted under its waiters; they are served on the main thread.
+        waiters::orphan(lock.take_waiters(), lock.fence());
+    }
 }
 
 unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
@@ -149,7 +154,7 @@ unsafe extern "C" fn copy(
     // SAFETY: as in rdb_save. The copy's lease is tracked when the `copy_to` keyspace event
     // names its key and database.
     let lock = unsafe { &*value.cast::<Lock>() };
-    Box::into_raw(Box::new(lock.clone())).cast()
+    Box::into_raw(Box::new(lock.without_waiters())).cast()
 }
 
 unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
