@@ -31,6 +31,10 @@ run: build
 test: build
 	cargo test --release
 
+# Module against the Lua way and plain native commands, in one run; writes bench-results.json.
+bench: build
+	cargo bench --bench bench
+
 unit:
 	cargo test --release --lib
 

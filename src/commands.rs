@@ -277,7 +277,8 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         ("waiters", RedisValue::Integer(info.waiters as i64)),
     ];
     for (name, value) in fields {
-        ctx.reply(Ok(RedisValue::SimpleStringStatic(name)));
+        // Bulk strings, as HGETALL replies field names.
+        raw::reply_with_string_buffer(ctx.ctx, name.as_ptr().cast(), name.len());
         ctx.reply(Ok(value));
     }
     Ok(RedisValue::NoReply)

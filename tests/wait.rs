@@ -1,0 +1,345 @@
+//! `LOCK.ACQUIRE … WAIT`: the FIFO queue and its hand-offs (SPEC guarantee 3), against a real
+//! server. Waiters are plain sockets, so that a test controls exactly when each one joins.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::{info, wait_until, Opts, Server};
+use redis::Value;
+
+/// A client blocked (or about to block) in `LOCK.ACQUIRE … WAIT`, on its own socket.
+struct Waiter {
+    s: TcpStream,
+    token: String,
+    sent: Instant,
+}
+
+impl Waiter {
+    /// Sends `LOCK.ACQUIRE key token ttl WAIT timeout` and returns without reading.
+    fn send(server: &Server, key: &str, token: &str, ttl: u64, timeout: u64) -> Waiter {
+        let s = TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let args = [
+            "LOCK.ACQUIRE".to_string(),
+            key.to_string(),
+            token.to_string(),
+            ttl.to_string(),
+            "WAIT".to_string(),
+            timeout.to_string(),
+        ];
+        let mut req = format!("*{}\r\n", args.len());
+        for a in &args {
+            req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+        }
+        let mut w = Waiter {
+            s,
+            token: token.to_string(),
+            sent: Instant::now(),
+        };
+        w.s.write_all(req.as_bytes()).unwrap();
+        w
+    }
+
+    /// Sends, then waits until the server counts one more waiter on `key`, so that the
+    /// order of joining is the order of calls.
+    fn join(server: &Server, key: &str, token: &str, ttl: u64, timeout: u64) -> Waiter {
+        let mut con = server.conn();
+        let before = info(&mut con, key).map_or(0, |i| i.waiters);
+        let w = Waiter::send(server, key, token, ttl, timeout);
+        assert!(
+            wait_until(Duration::from_secs(5), || {
+                info(&mut con, key).map_or(0, |i| i.waiters) == before + 1
+            }),
+            "waiter {token} did not join the queue"
+        );
+        w
+    }
+
+    /// Reads one reply: `Some(fence)` or `None` for null.
+    fn reply(&mut self) -> Option<i64> {
+        let mut buf = Vec::new();
+        let mut byte = [0u8; 1];
+        while !buf.ends_with(b"\r\n") {
+            let n = self.s.read(&mut byte).expect("read reply");
+            assert_eq!(n, 1, "connection closed before a reply");
+            buf.push(byte[0]);
+        }
+        let line = String::from_utf8(buf).unwrap();
+        match line.as_bytes()[0] {
+            b':' => Some(line[1..].trim_end().parse().unwrap()),
+            b'$' | b'*' | b'_' if line.contains("-1") || line.starts_with('_') => None,
+            _ => panic!("unexpected reply {line:?}"),
+        }
+    }
+
+    /// True if a reply is already waiting to be read.
+    fn has_reply(&mut self) -> bool {
+        self.s.set_nonblocking(true).unwrap();
+        let mut b = [0u8; 1];
+        let r = self.s.peek(&mut b);
+        self.s.set_nonblocking(false).unwrap();
+        matches!(r, Ok(n) if n > 0)
+    }
+}
+
+fn acquire(con: &mut redis::Connection, key: &str, token: &str, ttl: u64) -> Option<i64> {
+    common::acquire(con, key, token, ttl)
+}
+
+#[test]
+fn waiters_are_granted_in_fifo_order_on_release() {
+    let server = Server::new();
+    let mut con = server.conn();
+    let first = acquire(&mut con, "k", "holder", 60_000).unwrap();
+    let mut waiters: Vec<Waiter> = (0..12)
+        .map(|i| Waiter::join(&server, "k", &format!("w{i}"), 60_000, 0))
+        .collect();
+    assert_eq!(info(&mut con, "k").unwrap().waiters, 12);
+
+    let mut last = first;
+    let mut holder = "holder".to_string();
+    for w in waiters.iter_mut() {
+        assert_eq!(common::release(&mut con, "k", &holder), 1);
+        let fence = w.reply().expect("granted");
+        assert!(fence > last, "fences must increase in grant order");
+        last = fence;
+        let now = info(&mut con, "k").unwrap();
+        assert_eq!(now.holder.as_deref(), Some(w.token.as_bytes()));
+        assert_eq!(now.fence, fence);
+        holder = w.token.clone();
+    }
+    assert_eq!(common::release(&mut con, "k", &holder), 1);
+    assert!(!common::exists(&mut con, "k"), "free and nobody waits: key removed");
+}
+
+#[test]
+fn the_head_is_granted_when_the_lease_ends() {
+    let server = Server::new();
+    let mut con = server.conn();
+    acquire(&mut con, "k", "holder", 300).unwrap();
+    let deadline = Instant::now() + Duration::from_millis(300);
+    let mut w = Waiter::join(&server, "k", "next", 10_000, 0);
+    let fence = w.reply().expect("granted at lease end");
+    let late = Instant::now().saturating_duration_since(deadline);
+    assert!(
+        late < Duration::from_millis(250),
+        "granted {late:?} after the lease ended"
+    );
+    assert!(Instant::now() + Duration::from_millis(30) >= deadline, "granted early");
+    let now = info(&mut con, "k").unwrap();
+    assert_eq!(now.holder.as_deref(), Some(&b"next"[..]));
+    assert_eq!(now.fence, fence);
+    assert!(now.ttl > 9_000);
+}
+
+#[test]
+fn deleting_the_key_grants_the_head_of_its_queue() {
+    for how in [&["DEL", "k"][..], &["UNLINK", "k"], &["FLUSHALL"], &["FLUSHDB"], &["FLUSHALL", "ASYNC"]] {
+        let server = Server::new();
+        let mut con = server.conn();
+        let before = acquire(&mut con, "k", "holder", 60_000).unwrap();
+        let mut a = Waiter::join(&server, "k", "a", 60_000, 0);
+        let mut b = Waiter::join(&server, "k", "b", 60_000, 0);
+        let mut c = redis::cmd(how[0]);
+        for arg in &how[1..] {
+            c.arg(*arg);
+        }
+        c.query::<Value>(&mut con).unwrap();
+        let fence = a.reply().unwrap_or_else(|| panic!("{how:?}: head not granted"));
+        assert!(fence > before, "{how:?}: the fence went backwards");
+        let now = info(&mut con, "k").unwrap();
+        assert_eq!(now.holder.as_deref(), Some(&b"a"[..]), "{how:?}");
+        assert_eq!(now.waiters, 1, "{how:?}: the rest of the queue waits on");
+        assert!(!b.has_reply(), "{how:?}");
+        assert_eq!(common::release(&mut con, "k", "a"), 1);
+        assert!(b.reply().unwrap() > fence);
+    }
+}
+
+#[test]
+fn a_wait_times_out_with_null_on_time() {
+    let server = Server::new();
+    let mut con = server.conn();
+    acquire(&mut con, "k", "holder", 60_000).unwrap();
+    let mut w = Waiter::join(&server, "k", "w", 1000, 400);
+    assert_eq!(w.reply(), None);
+    let waited = w.sent.elapsed();
+    assert!(
+        waited >= Duration::from_millis(380) && waited < Duration::from_millis(1500),
+        "timed out after {waited:?}"
+    );
+    let now = info(&mut con, "k").unwrap();
+    assert_eq!(now.waiters, 0, "a timed-out waiter leaves the queue");
+    assert_eq!(now.holder.as_deref(), Some(&b"holder"[..]));
+}
+
+#[test]
+fn a_disconnected_waiter_leaves_the_queue_and_the_next_is_served() {
+    let server = Server::new();
+    let mut con = server.conn();
+    acquire(&mut con, "k", "holder", 60_000).unwrap();
+    let gone = Waiter::join(&server, "k", "gone", 60_000, 0);
+    let mut next = Waiter::join(&server, "k", "next", 60_000, 0);
+    drop(gone);
+    assert!(wait_until(Duration::from_secs(5), || info(&mut con, "k")
+        .unwrap()
+        .waiters
+        == 1));
+    assert_eq!(common::release(&mut con, "k", "holder"), 1);
+    assert!(next.reply().is_some());
+    assert_eq!(info(&mut con, "k").unwrap().holder.as_deref(), Some(&b"next"[..]));
+}
+
+/// A grant made to a client that is gone before its reply goes out is passed on. `CLIENT
+/// KILL` in the same transaction as the release kills the head between the grant and the
+/// moment its reply would be written.
+#[test]
+fn an_undelivered_grant_is_passed_to_the_next_waiter() {
+    let server = Server::new();
+    let mut con = server.conn();
+    let first = acquire(&mut con, "k", "holder", 60_000).unwrap();
+    let _doomed = Waiter::join(&server, "k", "doomed", 60_000, 0);
+    let mut next = Waiter::join(&server, "k", "next", 60_000, 0);
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut con).unwrap();
+    // Find the blocked clients' ids in queue order (the lower id joined first).
+    let mut ids: Vec<u64> = list
+        .lines()
+        .filter(|l| l.contains("flags=b"))
+        .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+        .map(|id| id.parse().unwrap())
+        .collect();
+    ids.sort();
+    assert_eq!(ids.len(), 2, "two blocked clients: {list}");
+    let reply: Value = redis::pipe()
+        .atomic()
+        .cmd("LOCK.RELEASE")
+        .arg("k")
+        .arg("holder")
+        .cmd("CLIENT")
+        .arg("KILL")
+        .arg("ID")
+        .arg(ids[0])
+        .query(&mut con)
+        .unwrap();
+    assert!(matches!(reply, Value::Array(ref v) if v.len() == 2), "{reply:?}");
+    let fence = next.reply().expect("the grant passed on");
+    assert!(fence > first);
+    let now = info(&mut con, "k").unwrap();
+    assert_eq!(now.holder.as_deref(), Some(&b"next"[..]));
+    assert_eq!(now.fence, fence);
+    assert_eq!(now.waiters, 0);
+}
+
+#[test]
+fn no_barging_while_clients_wait() {
+    let server = Server::new();
+    let mut con = server.conn();
+    acquire(&mut con, "k", "holder", 60_000).unwrap();
+    let mut w = Waiter::join(&server, "k", "w", 60_000, 0);
+    // Release and a newcomer's acquire in one transaction: the waiter must win.
+    let (released, newcomer): (i64, Option<i64>) = redis::pipe()
+        .atomic()
+        .cmd("LOCK.RELEASE")
+        .arg("k")
+        .arg("holder")
+        .cmd("LOCK.ACQUIRE")
+        .arg("k")
+        .arg("newcomer")
+        .arg(1000)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(released, 1);
+    assert_eq!(newcomer, None, "a newcomer got in ahead of a waiter");
+    assert!(w.reply().is_some());
+}
+
+#[test]
+fn the_holder_waiting_on_its_own_lock_is_renewed_at_once() {
+    let server = Server::new();
+    let mut con = server.conn();
+    let fence = acquire(&mut con, "k", "me", 1000).unwrap();
+    let again: Option<i64> = redis::cmd("LOCK.ACQUIRE")
+        .arg(&["k", "me", "60000", "WAIT", "0"])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(again, Some(fence));
+    assert!(info(&mut con, "k").unwrap().ttl > 50_000);
+}
+
+#[test]
+fn wait_does_not_block_in_multi_or_scripts() {
+    let server = Server::new();
+    let mut con = server.conn();
+    acquire(&mut con, "k", "holder", 60_000).unwrap();
+    let started = Instant::now();
+    let (r,): (Option<i64>,) = redis::pipe()
+        .atomic()
+        .cmd("LOCK.ACQUIRE")
+        .arg(&["k", "other", "1000", "WAIT", "0"])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(r, None);
+    let r: Option<i64> = redis::cmd("EVAL")
+        .arg("return redis.call('LOCK.ACQUIRE', KEYS[1], 'other', 1000, 'WAIT', 0)")
+        .arg(1)
+        .arg("k")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(r, None);
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(info(&mut con, "k").unwrap().waiters, 0);
+}
+
+#[test]
+fn a_replica_sees_each_grant_with_the_same_fence_and_deadline() {
+    let master = Server::start(Opts::new().extra(&["--repl-diskless-sync-delay", "0"]));
+    let replica = Server::start(Opts::new().replicaof(master.port));
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    assert!(wait_until(Duration::from_secs(20), || {
+        common::info_field(&mut r, "replication", "master_link_status").as_deref() == Some("up")
+    }));
+    acquire(&mut m, "k", "holder", 60_000).unwrap();
+    let mut w = Waiter::join(&master, "k", "w", 30_000, 0);
+    assert_eq!(common::release(&mut m, "k", "holder"), 1);
+    let fence = w.reply().unwrap();
+    assert!(wait_until(Duration::from_secs(5), || {
+        info(&mut r, "k").is_some_and(|i| i.fence == fence)
+    }));
+    let (on_master, on_replica) = (info(&mut m, "k").unwrap(), info(&mut r, "k").unwrap());
+    assert_eq!(on_replica.holder.as_deref(), Some(&b"w"[..]));
+    assert!((on_master.ttl - on_replica.ttl).abs() < 200, "{on_master:?} vs {on_replica:?}");
+}
+
+#[test]
+fn a_thousand_waiters_are_each_served_once_in_order() {
+    let server = Server::new();
+    let mut con = server.conn();
+    let mut last = acquire(&mut con, "k", "holder", 600_000).unwrap();
+    let n = 1000;
+    let mut waiters: Vec<Waiter> = Vec::with_capacity(n);
+    for i in 0..n {
+        // Joining one at a time fixes the order of the queue.
+        waiters.push(Waiter::send(&server, "k", &format!("w{i}"), 600_000, 0));
+        let joined = Instant::now() + Duration::from_secs(10);
+        while info(&mut con, "k").unwrap().waiters != i as i64 + 1 {
+            assert!(Instant::now() < joined, "w{i} did not join");
+        }
+    }
+    let mut holder = "holder".to_string();
+    for (i, w) in waiters.iter_mut().enumerate() {
+        assert_eq!(common::release(&mut con, "k", &holder), 1, "release before w{i}");
+        let fence = w.reply().unwrap_or_else(|| panic!("w{i} not granted"));
+        assert!(fence > last);
+        last = fence;
+        holder = w.token.clone();
+    }
+    for w in waiters.iter_mut() {
+        assert!(!w.has_reply(), "a waiter was replied twice");
+    }
+    assert_eq!(common::release(&mut con, "k", &holder), 1);
+    assert!(!common::exists(&mut con, "k"));
+}
