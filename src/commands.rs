@@ -9,7 +9,9 @@
 use std::collections::VecDeque;
 
 use redis_module::key::RedisKeyWritable;
-use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
+use redis_module::{
+    raw, Context, ContextFlags, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue,
+};
 
 use crate::args;
 use crate::clock::{self, Now};
@@ -19,6 +21,7 @@ use crate::expiry::{self, LeaseEnd};
 use crate::fence::server_fences;
 use crate::lock::{Acquire, Grant, Lock, Vacated};
 use crate::persistence::LOCK_TYPE;
+use crate::stats;
 use crate::waiters::{self, Gone, Outcome};
 
 /// The most arguments after the key that any command reads. A longer call is handed to the
@@ -71,9 +74,57 @@ fn signal_modified(ctx: &Context, key: &RedisString) {
     }
 }
 
+/// A change that clients can see: counted in `INFO lock`, and announced as a keyspace event
+/// of the module class (`notify-keyspace-events` with `d`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Event {
+    Acquired,
+    Extended,
+    Fenced,
+    Granted,
+    Released,
+    Expired,
+}
+
+impl Event {
+    fn name(self) -> &'static str {
+        match self {
+            Event::Acquired => "lock.acquired",
+            Event::Extended => "lock.extended",
+            Event::Fenced => "lock.fenced",
+            Event::Granted => "lock.granted",
+            Event::Released => "lock.released",
+            Event::Expired => "lock.expired",
+        }
+    }
+
+    fn counter(self) -> &'static stats::Counter {
+        match self {
+            Event::Acquired => &stats::ACQUIRES,
+            Event::Extended => &stats::EXTENDS,
+            Event::Fenced => &stats::FENCES,
+            Event::Granted => &stats::GRANTS,
+            Event::Released => &stats::RELEASES,
+            Event::Expired => &stats::LEASE_ENDS,
+        }
+    }
+}
+
+fn record(ctx: &Context, event: Event, key: &RedisString) {
+    event.counter().bump();
+    ctx.notify_keyspace_event(NotifyEvent::MODULE, event.name(), key);
+}
+
 /// After `lock` at `key` changed (its deadline was `old`, or it is new): index the new
-/// deadline, propagate the new state, and let WATCH see it.
-fn changed(ctx: &Context, key: &RedisString, lock: &Lock, old: Option<u64>, now: Now) {
+/// deadline, propagate the new state, let WATCH see it, and record `event`.
+fn changed(
+    ctx: &Context,
+    key: &RedisString,
+    lock: &Lock,
+    old: Option<u64>,
+    now: Now,
+    event: Event,
+) {
     expiry::track(
         ctx,
         selected_db(ctx),
@@ -86,6 +137,7 @@ fn changed(ctx: &Context, key: &RedisString, lock: &Lock, old: Option<u64>, now:
     let fence = number(ctx, lock.fence() as i64);
     ctx.replicate("LOCK.APPLY", &[key, &token, &deadline, &fence]);
     signal_modified(ctx, key);
+    record(ctx, event, key);
 }
 
 /// After the lock at `key`, whose deadline was `old`, was deleted.
@@ -109,7 +161,7 @@ fn deliver(
     old: Option<u64>,
     now: Now,
 ) {
-    changed(ctx, key, lock, old, now);
+    changed(ctx, key, lock, old, now, Event::Granted);
     if let Some(wait_deadline) = waiters::wake(grant.id, Outcome::Granted(grant.fence)) {
         expiry::untrack_wait(grant.id, wait_deadline);
     }
@@ -158,8 +210,9 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let key = ctx.open_key_writable(call.key);
     let Some(lock) = lock_at(&key)? else {
         let (lock, fence) = Lock::acquired(a.token, a.ttl, now, &mut server_fences());
-        changed(ctx, call.key, &lock, None, now);
+        changed(ctx, call.key, &lock, None, now, Event::Acquired);
         key.set_value(&LOCK_TYPE, lock)?;
+        stats::lock_created();
         return Ok(RedisValue::Integer(fence as i64));
     };
     settle(ctx, call.key, lock, now);
@@ -176,15 +229,21 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         _ => None,
     };
     let old = lock.deadline();
-    match lock.acquire(a.token, a.ttl, wait_as, now, &mut server_fences()) {
-        Acquire::Busy => Ok(RedisValue::Null),
-        // Blocked: the reply comes when the lock is granted or the wait times out.
-        Acquire::Queued => Ok(RedisValue::NoReply),
-        Acquire::Granted(fence) | Acquire::Renewed(fence) => {
-            changed(ctx, call.key, lock, Some(old), now);
-            Ok(RedisValue::Integer(fence as i64))
+    let (fence, event) = match lock.acquire(a.token, a.ttl, wait_as, now, &mut server_fences()) {
+        Acquire::Busy => {
+            stats::CONTENDED.bump();
+            return Ok(RedisValue::Null);
         }
-    }
+        Acquire::Queued => {
+            stats::CONTENDED.bump();
+            // Blocked: the reply comes when the lock is granted or the wait times out.
+            return Ok(RedisValue::NoReply);
+        }
+        Acquire::Granted(fence) => (fence, Event::Acquired),
+        Acquire::Renewed(fence) => (fence, Event::Extended),
+    };
+    changed(ctx, call.key, lock, Some(old), now, event);
+    Ok(RedisValue::Integer(fence as i64))
 }
 
 /// `LOCK.RELEASE key token`
@@ -202,6 +261,7 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let Some(v) = lock.release(token, now, &mut server_fences()) else {
         return Ok(RedisValue::Integer(0));
     };
+    record(ctx, Event::Released, call.key);
     vacated(ctx, &key, call.key, lock, v, old, now);
     Ok(RedisValue::Integer(1))
 }
@@ -221,7 +281,7 @@ pub fn extend(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if !lock.extend(token, ttl, now) {
         return Ok(RedisValue::Integer(0));
     }
-    changed(ctx, call.key, lock, Some(old), now);
+    changed(ctx, call.key, lock, Some(old), now, Event::Extended);
     Ok(RedisValue::Integer(1))
 }
 
@@ -239,7 +299,7 @@ pub fn fence(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let old = lock.deadline();
     match lock.new_fence(token, now, &mut server_fences()) {
         Some(fence) => {
-            changed(ctx, call.key, lock, Some(old), now);
+            changed(ctx, call.key, lock, Some(old), now, Event::Fenced);
             Ok(RedisValue::Integer(fence as i64))
         }
         None => Ok(RedisValue::Null),
@@ -306,6 +366,7 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         }
         None => {
             key.set_value(&LOCK_TYPE, Lock::restored(a.token, deadline, a.fence))?;
+            stats::lock_created();
             None
         }
     };
@@ -340,6 +401,7 @@ pub fn end_lease(ctx: &Context, name: &RedisString, now: Now) -> LeaseEnd {
     let old = lock.deadline();
     match lock.end_lease(now, &mut server_fences()) {
         Some(v) => {
+            record(ctx, Event::Expired, name);
             vacated(ctx, &key, name, lock, v, old, now);
             LeaseEnd::Ended
         }
@@ -365,7 +427,9 @@ pub fn wait_timed_out(ctx: &Context, id: u64) {
             lock.remove_waiter(id);
         }
     }
-    waiters::wake(id, Outcome::TimedOut);
+    if waiters::wake(id, Outcome::TimedOut).is_some() {
+        stats::WAIT_TIMEOUTS.bump();
+    }
 }
 
 /// A blocked client went away: out of the queue, or, if it had been granted the lock but
@@ -422,7 +486,9 @@ pub fn adopt_orphans(ctx: &Context) {
                 let granted = Lock::granted_to_queue(queue, last_fence, now, &mut server_fences());
                 if let Some((lock, grant)) = granted {
                     deliver(ctx, &name, &lock, grant, None, now);
-                    let _ = key.set_value(&LOCK_TYPE, lock);
+                    if key.set_value(&LOCK_TYPE, lock).is_ok() {
+                        stats::lock_created();
+                    }
                 }
             }
             Err(_) => {

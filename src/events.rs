@@ -4,38 +4,40 @@
 
 use std::os::raw::c_void;
 
+use redis_module::server_events::FlushSubevent;
 use redis_module::{raw, Context, NotifyEvent};
+use redis_module_macros::{cron_event_handler, flush_event_handler};
 
 use crate::expiry;
 use crate::lock::Lock;
 use crate::persistence::LOCK_TYPE;
 use crate::waiters;
 
+/// `SWAPDB` is the one server event the crate has no handler list for.
 pub fn subscribe(ctx: &Context) -> Result<(), &'static str> {
-    let events = [
-        (raw::REDISMODULE_EVENT_CRON_LOOP, on_cron as Callback),
-        (raw::REDISMODULE_EVENT_SWAPDB, on_swapdb as Callback),
-        (raw::REDISMODULE_EVENT_FLUSHDB, on_flush as Callback),
-    ];
-    for (id, callback) in events {
-        let event = raw::RedisModuleEvent { id, dataver: 1 };
-        if raw::subscribe_to_server_event(ctx.ctx, event, Some(callback)) == raw::Status::Err {
-            return Err("failed to subscribe to a server event");
-        }
+    let event = raw::RedisModuleEvent {
+        id: raw::REDISMODULE_EVENT_SWAPDB,
+        dataver: 1,
+    };
+    if raw::subscribe_to_server_event(ctx.ctx, event, Some(on_swapdb)) == raw::Status::Err {
+        return Err("failed to subscribe to the SWAPDB event");
     }
     Ok(())
 }
 
-type Callback =
-    unsafe extern "C" fn(*mut raw::RedisModuleCtx, raw::RedisModuleEvent, u64, *mut c_void);
+/// The backstop for a lease-end timer that a wall-clock step delayed (the cron runs on the
+/// event loop's monotonic timers), and the replica's pruning of the expiry index.
+#[cron_event_handler]
+fn on_cron(ctx: &Context, _hz: u64) {
+    expiry::on_cron(ctx);
+}
 
-unsafe extern "C" fn on_cron(
-    ctx: *mut raw::RedisModuleCtx,
-    _: raw::RedisModuleEvent,
-    _: u64,
-    _: *mut c_void,
-) {
-    expiry::on_cron(&Context::new(ctx));
+/// A flush freed locks that clients waited on: serve them on the next turn.
+#[flush_event_handler]
+fn on_flush(ctx: &Context, subevent: FlushSubevent) {
+    if subevent == FlushSubevent::Ended && waiters::has_orphans() {
+        expiry::wake_soon(ctx);
+    }
 }
 
 unsafe extern "C" fn on_swapdb(
@@ -48,18 +50,6 @@ unsafe extern "C" fn on_swapdb(
     // duration of the callback.
     let info = unsafe { &*data.cast::<raw::RedisModuleSwapDbInfo>() };
     expiry::swap_dbs(info.dbnum_first, info.dbnum_second);
-}
-
-/// A flush freed locks that clients waited on: serve them on the next turn.
-unsafe extern "C" fn on_flush(
-    ctx: *mut raw::RedisModuleCtx,
-    _: raw::RedisModuleEvent,
-    _: u64,
-    _: *mut c_void,
-) {
-    if waiters::has_orphans() {
-        expiry::wake_soon(&Context::new(ctx));
-    }
 }
 
 /// `RENAME`, `MOVE` and `COPY` put a lock under a name (or database) that its expiry entry

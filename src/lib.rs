@@ -18,6 +18,7 @@ mod expiry;
 mod fence;
 mod lock;
 mod persistence;
+mod stats;
 mod waiters;
 
 use redis_module::configuration::ConfigurationFlags;

@@ -16,6 +16,7 @@ use crate::clock;
 use crate::expiry;
 use crate::fence::server_fences;
 use crate::lock::Lock;
+use crate::stats;
 use crate::waiters;
 
 /// Bump when the saved layout changes; `rdb_load` refuses versions it does not know.
@@ -70,6 +71,7 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
     if let Some((db, key)) = key_of(rdb) {
         expiry::track_without_timer(db, &key, lock.deadline());
     }
+    stats::lock_created();
     Box::into_raw(Box::new(lock)).cast()
 }
 
@@ -135,6 +137,7 @@ unsafe extern "C" fn aof_rewrite(
 unsafe extern "C" fn free(value: *mut c_void) {
     // SAFETY: the value was created by this module with `Box<Lock>` and Redis frees it once.
     let mut lock = unsafe { Box::from_raw(value.cast::<Lock>()) };
+    stats::lock_freed();
     if lock.waiter_count() > 0 {
         // The key was deleted under its waiters; they are served on the main thread.
         waiters::orphan(lock.take_waiters(), lock.fence());
@@ -154,6 +157,7 @@ unsafe extern "C" fn copy(
     // SAFETY: as in rdb_save. The copy's lease is tracked when the `copy_to` keyspace event
     // names its key and database.
     let lock = unsafe { &*value.cast::<Lock>() };
+    stats::lock_created();
     Box::into_raw(Box::new(lock.without_waiters())).cast()
 }
 

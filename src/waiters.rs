@@ -198,3 +198,8 @@ pub fn take_orphans() -> Vec<(VecDeque<Waiter>, u64)> {
     }
     std::mem::take(&mut *ORPHANS.lock().unwrap_or_else(|e| e.into_inner()))
 }
+
+/// Clients waiting right now, for `INFO lock`.
+pub fn count() -> usize {
+    with_pending(|p| p.values().filter(|w| w.granted.is_none()).count())
+}
