@@ -1,21 +1,24 @@
-//! Fence issuance. A fence is a hybrid-logical-clock value: the Unix time in seconds shifted
-//! left by [`COUNTER_BITS`], plus a counter. Every new fence is the largest of
+//! Fence issuance. A fence is a hybrid-logical-clock value: the Unix time in milliseconds
+//! shifted left by [`COUNTER_BITS`], plus a counter. Every new fence is the largest of
 //!
 //! - one more than the key's last fence (fences of a key never go backwards),
 //! - one more than the server's high-water mark (a fresh key starts above every fence this
 //!   server issued, although the key that held them is gone), and
-//! - the clock floor `unix_seconds << COUNTER_BITS`.
+//! - the clock floor `unix_ms << COUNTER_BITS`.
 //!
 //! The floor is what keeps fences unique when the high-water mark is lost: after a crash and
-//! a restart from an older snapshot, the fences issued after the snapshot are below the
-//! floor of the second in which the server comes back ([`FenceIssuer::starting_at`]). It holds
-//! while fewer than 2^20 fences are issued per second (a Redis server issues well under that)
-//! and while the wall clock at restart is not behind the wall clock at the crash.
+//! a restart from an older snapshot, every fence issued before the crash is below the floor
+//! of any later millisecond, and a restart takes longer than one. That holds while the
+//! server issues fewer than 2^10 fences in a millisecond (a million a second, more than one
+//! Redis thread can do) and while the wall clock at restart is not behind the wall clock at
+//! the crash.
 //!
-//! Seconds rather than milliseconds keep fences below 2^53 (until the year 2242), so that
-//! clients that hold integers as doubles (JavaScript, Lua) compare them exactly.
+//! Ten counter bits keep fences below 2^53 until the year 2248, so that clients that hold
+//! integers as doubles (JavaScript, Lua) compare them exactly.
 
-pub const COUNTER_BITS: u32 = 20;
+use std::sync::{Mutex, MutexGuard};
+
+pub const COUNTER_BITS: u32 = 10;
 
 /// The server-wide high-water mark of fences.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -24,14 +27,6 @@ pub struct FenceIssuer {
 }
 
 impl FenceIssuer {
-    /// An issuer for a server started at `wall_ms`: its first fence is above every fence that
-    /// could have been issued in that second or before, on this server or its lost past.
-    pub fn starting_at(wall_ms: i64) -> Self {
-        FenceIssuer {
-            high_water: floor(wall_ms + 1000) - 1,
-        }
-    }
-
     pub fn high_water(&self) -> u64 {
         self.high_water
     }
@@ -51,7 +46,15 @@ impl FenceIssuer {
 }
 
 fn floor(wall_ms: i64) -> u64 {
-    (wall_ms.max(0) as u64 / 1000) << COUNTER_BITS
+    (wall_ms.max(0) as u64) << COUNTER_BITS
+}
+
+static SERVER_FENCES: Mutex<FenceIssuer> = Mutex::new(FenceIssuer { high_water: 0 });
+
+/// This server's issuer. Only the main thread touches it (commands, callbacks, loading), so
+/// the lock is never contended; it is a `Mutex` only to make the static safe.
+pub fn server_fences() -> MutexGuard<'static, FenceIssuer> {
+    SERVER_FENCES.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]
@@ -78,23 +81,24 @@ mod tests {
     }
 
     #[test]
-    fn the_clock_floor_moves_fences_on_each_second() {
+    fn the_clock_floor_moves_fences_on_each_millisecond() {
         let mut f = FenceIssuer::default();
         let a = f.issue(0, T);
-        let b = f.issue(a, T + 1000);
-        assert_eq!(b, floor(T + 1000));
+        let b = f.issue(a, T + 1);
+        assert_eq!(b, floor(T + 1));
     }
 
     #[test]
-    fn a_restart_in_the_same_second_starts_above_that_second() {
+    fn a_restart_that_lost_the_high_water_mark_starts_above_it() {
+        // A busy millisecond before the crash: as many fences as one can issue.
         let mut before_crash = FenceIssuer::default();
         let mut last = 0;
-        for i in 0..1000 {
-            last = before_crash.issue(last, T + i % 1000);
+        for _ in 0..(1 << COUNTER_BITS) - 1 {
+            last = before_crash.issue(last, T);
         }
-        // Restart from a snapshot that knew none of those fences, within the same second.
-        let mut after = FenceIssuer::starting_at(T + 999);
-        assert!(after.issue(0, T + 999) > last);
+        // Restart from a snapshot that knew none of them, one millisecond later.
+        let mut after = FenceIssuer::default();
+        assert!(after.issue(0, T + 1) > last);
     }
 
     #[test]
@@ -102,13 +106,4 @@ mod tests {
         let year_2200_ms = 7_258_118_400_000;
         assert!(floor(year_2200_ms) < 1 << 53);
     }
-}
-
-static SERVER_FENCES: std::sync::Mutex<FenceIssuer> =
-    std::sync::Mutex::new(FenceIssuer { high_water: 0 });
-
-/// This server's issuer. Only the main thread touches it (commands, callbacks, loading), so
-/// the lock is never contended; it is a `Mutex` only to make the static safe.
-pub fn server_fences() -> std::sync::MutexGuard<'static, FenceIssuer> {
-    SERVER_FENCES.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -10,6 +10,7 @@
 
 mod args;
 mod clock;
+mod command_info;
 mod commands;
 mod config;
 mod error;
@@ -24,7 +25,6 @@ mod waiters;
 use redis_module::configuration::ConfigurationFlags;
 use redis_module::{redis_module, Context, ModuleOptions, RedisString, Status};
 
-use crate::fence::{server_fences, FenceIssuer};
 use crate::persistence::LOCK_TYPE;
 
 // Unit tests run without a server, where the Redis allocator does not exist.
@@ -43,10 +43,12 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     ctx.set_module_options(
         ModuleOptions::HANDLE_IO_ERRORS | ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED,
     );
-    let start = FenceIssuer::starting_at(clock::now().wall);
-    server_fences().observe(start.high_water());
     if let Err(e) = events::subscribe(ctx) {
         ctx.log_warning(e);
+        return Status::Err;
+    }
+    if let Err(e) = command_info::describe(ctx) {
+        ctx.log_warning(&e);
         return Status::Err;
     }
     Status::Ok
@@ -59,7 +61,7 @@ redis_module! {
     data_types: [LOCK_TYPE],
     init: init,
     commands: [
-        ["lock.acquire", commands::acquire, "write deny-oom fast", 1, 1, 1, ""],
+        ["lock.acquire", commands::acquire, "write deny-oom fast blocking", 1, 1, 1, ""],
         ["lock.release", commands::release, "write deny-oom fast", 1, 1, 1, ""],
         ["lock.extend", commands::extend, "write deny-oom fast", 1, 1, 1, ""],
         ["lock.fence", commands::fence, "write deny-oom fast", 1, 1, 1, ""],

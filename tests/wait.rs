@@ -112,7 +112,10 @@ fn waiters_are_granted_in_fifo_order_on_release() {
         holder = w.token.clone();
     }
     assert_eq!(common::release(&mut con, "k", &holder), 1);
-    assert!(!common::exists(&mut con, "k"), "free and nobody waits: key removed");
+    assert!(
+        !common::exists(&mut con, "k"),
+        "free and nobody waits: key removed"
+    );
 }
 
 #[test]
@@ -128,7 +131,10 @@ fn the_head_is_granted_when_the_lease_ends() {
         late < Duration::from_millis(250),
         "granted {late:?} after the lease ended"
     );
-    assert!(Instant::now() + Duration::from_millis(30) >= deadline, "granted early");
+    assert!(
+        Instant::now() + Duration::from_millis(30) >= deadline,
+        "granted early"
+    );
     let now = info(&mut con, "k").unwrap();
     assert_eq!(now.holder.as_deref(), Some(&b"next"[..]));
     assert_eq!(now.fence, fence);
@@ -137,7 +143,13 @@ fn the_head_is_granted_when_the_lease_ends() {
 
 #[test]
 fn deleting_the_key_grants_the_head_of_its_queue() {
-    for how in [&["DEL", "k"][..], &["UNLINK", "k"], &["FLUSHALL"], &["FLUSHDB"], &["FLUSHALL", "ASYNC"]] {
+    for how in [
+        &["DEL", "k"][..],
+        &["UNLINK", "k"],
+        &["FLUSHALL"],
+        &["FLUSHDB"],
+        &["FLUSHALL", "ASYNC"],
+    ] {
         let server = Server::new();
         let mut con = server.conn();
         let before = acquire(&mut con, "k", "holder", 60_000).unwrap();
@@ -148,7 +160,9 @@ fn deleting_the_key_grants_the_head_of_its_queue() {
             c.arg(*arg);
         }
         c.query::<Value>(&mut con).unwrap();
-        let fence = a.reply().unwrap_or_else(|| panic!("{how:?}: head not granted"));
+        let fence = a
+            .reply()
+            .unwrap_or_else(|| panic!("{how:?}: head not granted"));
         assert!(fence > before, "{how:?}: the fence went backwards");
         let now = info(&mut con, "k").unwrap();
         assert_eq!(now.holder.as_deref(), Some(&b"a"[..]), "{how:?}");
@@ -190,7 +204,10 @@ fn a_disconnected_waiter_leaves_the_queue_and_the_next_is_served() {
         == 1));
     assert_eq!(common::release(&mut con, "k", "holder"), 1);
     assert!(next.reply().is_some());
-    assert_eq!(info(&mut con, "k").unwrap().holder.as_deref(), Some(&b"next"[..]));
+    assert_eq!(
+        info(&mut con, "k").unwrap().holder.as_deref(),
+        Some(&b"next"[..])
+    );
 }
 
 /// A grant made to a client that is gone before its reply goes out is passed on. `CLIENT
@@ -224,7 +241,10 @@ fn an_undelivered_grant_is_passed_to_the_next_waiter() {
         .arg(ids[0])
         .query(&mut con)
         .unwrap();
-    assert!(matches!(reply, Value::Array(ref v) if v.len() == 2), "{reply:?}");
+    assert!(
+        matches!(reply, Value::Array(ref v) if v.len() == 2),
+        "{reply:?}"
+    );
     let fence = next.reply().expect("the grant passed on");
     assert!(fence > first);
     let now = info(&mut con, "k").unwrap();
@@ -311,7 +331,10 @@ fn a_replica_sees_each_grant_with_the_same_fence_and_deadline() {
     }));
     let (on_master, on_replica) = (info(&mut m, "k").unwrap(), info(&mut r, "k").unwrap());
     assert_eq!(on_replica.holder.as_deref(), Some(&b"w"[..]));
-    assert!((on_master.ttl - on_replica.ttl).abs() < 200, "{on_master:?} vs {on_replica:?}");
+    assert!(
+        (on_master.ttl - on_replica.ttl).abs() < 200,
+        "{on_master:?} vs {on_replica:?}"
+    );
 }
 
 #[test]
@@ -331,7 +354,11 @@ fn a_thousand_waiters_are_each_served_once_in_order() {
     }
     let mut holder = "holder".to_string();
     for (i, w) in waiters.iter_mut().enumerate() {
-        assert_eq!(common::release(&mut con, "k", &holder), 1, "release before w{i}");
+        assert_eq!(
+            common::release(&mut con, "k", &holder),
+            1,
+            "release before w{i}"
+        );
         let fence = w.reply().unwrap_or_else(|| panic!("w{i} not granted"));
         assert!(fence > last);
         last = fence;

@@ -1,0 +1,705 @@
+//! Test harness: one real `redis-server` per test, with the module loaded.
+//!
+//! Each [`Server`] runs on its own loopback port (from a per-process counter whose base is
+//! derived from the process id, so parallel test binaries do not collide), in a fresh
+//! directory under the system temp dir that is removed when the server is dropped. The
+//! process is killed and reaped on drop; if the test is panicking, the tail of the server
+//! log is printed and the directory is kept for inspection.
+#![allow(dead_code)]
+
+use std::collections::HashSet;
+use std::fs;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU16, AtomicU32, Ordering};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use redis::{Connection, Value};
+
+/// Runs a command built from its name and arguments; see [`run`].
+///
+/// `cmd!(con, "LOCK.ACQUIRE", "k", "tok", 1000)` returns `Result<redis::Value, String>`
+/// where the error is the full error reply text (`"ERR syntax error"`).
+#[macro_export]
+macro_rules! cmd {
+    ($con:expr, $name:expr $(, $arg:expr)* $(,)?) => {{
+        #[allow(unused_mut)]
+        let mut c = redis::cmd($name);
+        $( c.arg($arg); )*
+        $crate::common::run(&c, $con)
+    }};
+}
+
+/// The redis-server binary: `$REDIS_SERVER` or `redis-server` from `PATH`.
+pub fn redis_server_bin() -> String {
+    std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_string())
+}
+
+/// The module under test, as an absolute path. `$REDIS_LOCK_MODULE` overrides it.
+pub fn module_path() -> PathBuf {
+    if let Ok(p) = std::env::var("REDIS_LOCK_MODULE") {
+        let p = PathBuf::from(p);
+        assert!(
+            p.exists(),
+            "REDIS_LOCK_MODULE={} does not exist",
+            p.display()
+        );
+        return p.canonicalize().expect("canonicalize module path");
+    }
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let target = match std::env::var("CARGO_TARGET_DIR") {
+        Ok(t) => manifest.join(t),
+        Err(_) => manifest.join("target"),
+    };
+    let p = target.join("release").join("libredis_lock.so");
+    assert!(
+        p.exists(),
+        "module not found at {}: run `cargo build --release` first (make test does)",
+        p.display()
+    );
+    p.canonicalize().expect("canonicalize module path")
+}
+
+static PORT_COUNTER: AtomicU16 = AtomicU16::new(0);
+static DIR_COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// A free loopback port from this process's range of 100 ports.
+fn next_port() -> u16 {
+    let base = 20000 + (std::process::id() % 200) as u16 * 100;
+    for _ in 0..1000 {
+        let n = PORT_COUNTER.fetch_add(1, Ordering::SeqCst) % 100;
+        let port = base + n;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {base}..{}", base + 100);
+}
+
+fn fresh_dir(port: u16) -> PathBuf {
+    let n = DIR_COUNTER.fetch_add(1, Ordering::SeqCst);
+    let dir = std::env::temp_dir().join("redis-lock-tests").join(format!(
+        "{}-{}-{}",
+        std::process::id(),
+        port,
+        n
+    ));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).expect("create server dir");
+    dir
+}
+
+/// How to start a server.
+#[derive(Clone, Debug, Default)]
+pub struct Opts {
+    /// Arguments after the module path on the `loadmodule` line.
+    pub module_args: Vec<String>,
+    /// `--appendonly yes`.
+    pub appendonly: bool,
+    /// `--aof-use-rdb-preamble no`.
+    pub no_rdb_preamble: bool,
+    /// Keep the server's default save points (otherwise `--save ""`).
+    pub save: bool,
+    /// `--replicaof 127.0.0.1 <port>`.
+    pub replicaof: Option<u16>,
+    /// Further raw arguments, e.g. `["--maxmemory", "10mb"]`.
+    pub extra: Vec<String>,
+}
+
+impl Opts {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn module_args(mut self, args: &[&str]) -> Self {
+        self.module_args = args.iter().map(|s| s.to_string()).collect();
+        self
+    }
+    pub fn appendonly(mut self) -> Self {
+        self.appendonly = true;
+        self
+    }
+    pub fn no_rdb_preamble(mut self) -> Self {
+        self.no_rdb_preamble = true;
+        self
+    }
+    pub fn save(mut self) -> Self {
+        self.save = true;
+        self
+    }
+    pub fn replicaof(mut self, port: u16) -> Self {
+        self.replicaof = Some(port);
+        self
+    }
+    pub fn extra(mut self, args: &[&str]) -> Self {
+        self.extra.extend(args.iter().map(|s| s.to_string()));
+        self
+    }
+}
+
+/// One redis-server process with the module loaded.
+pub struct Server {
+    pub port: u16,
+    pub dir: PathBuf,
+    pub opts: Opts,
+    child: Option<Child>,
+}
+
+impl Server {
+    /// A server with default options.
+    pub fn new() -> Server {
+        Server::start(Opts::new())
+    }
+
+    /// Starts a server and waits until it answers `PING`.
+    pub fn start(opts: Opts) -> Server {
+        let module = module_path();
+        // A port found free can be taken by someone else before redis binds it: retry.
+        for attempt in 0..5 {
+            let port = next_port();
+            let dir = fresh_dir(port);
+            let mut s = Server {
+                port,
+                dir,
+                opts: opts.clone(),
+                child: None,
+            };
+            s.spawn(&module);
+            match s.wait_ready() {
+                Ok(()) => return s,
+                Err(msg) => {
+                    let log = s.log_tail(40);
+                    if attempt < 4 && log.contains("Address already in use") {
+                        s.kill9();
+                        continue;
+                    }
+                    panic!("redis-server did not start: {msg}\n--- log tail ---\n{log}");
+                }
+            }
+        }
+        unreachable!()
+    }
+
+    fn args(&self, module: &Path) -> Vec<String> {
+        let mut a: Vec<String> = vec![
+            "--port".into(),
+            self.port.to_string(),
+            "--bind".into(),
+            "127.0.0.1".into(),
+            "--dir".into(),
+            self.dir.display().to_string(),
+            "--logfile".into(),
+            self.log_path().display().to_string(),
+            "--daemonize".into(),
+            "no".into(),
+            "--enable-debug-command".into(),
+            "yes".into(),
+            "--repl-diskless-sync-delay".into(),
+            "0".into(),
+        ];
+        if !self.opts.save {
+            a.push("--save".into());
+            a.push("".into());
+        }
+        if self.opts.appendonly {
+            a.push("--appendonly".into());
+            a.push("yes".into());
+        }
+        if self.opts.no_rdb_preamble {
+            a.push("--aof-use-rdb-preamble".into());
+            a.push("no".into());
+        }
+        if let Some(p) = self.opts.replicaof {
+            a.push("--replicaof".into());
+            a.push("127.0.0.1".into());
+            a.push(p.to_string());
+        }
+        a.extend(self.opts.extra.iter().cloned());
+        // Last, so that its arguments are not mistaken for another option's.
+        a.push("--loadmodule".into());
+        a.push(module.display().to_string());
+        a.extend(self.opts.module_args.iter().cloned());
+        a
+    }
+
+    fn spawn(&mut self, module: &Path) {
+        let child = Command::new(redis_server_bin())
+            .args(self.args(module))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot run {}: {e} (install redis-server or set REDIS_SERVER)",
+                    redis_server_bin()
+                )
+            });
+        self.child = Some(child);
+    }
+
+    fn wait_ready(&mut self) -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.child = None;
+                    return Err(format!("redis-server exited: {status}"));
+                }
+            }
+            if let Ok(mut c) = self.try_conn() {
+                if let Ok(Value::SimpleString(s)) = redis::cmd("PING").query::<Value>(&mut c) {
+                    if s == "PONG" {
+                        return Ok(());
+                    }
+                }
+            }
+            if Instant::now() > deadline {
+                return Err("not answering PING after 10s".into());
+            }
+            sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join("redis.log")
+    }
+
+    /// The last `n` lines of the server log.
+    pub fn log_tail(&self, n: usize) -> String {
+        let log = fs::read_to_string(self.log_path()).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    fn try_conn(&self) -> redis::RedisResult<Connection> {
+        let client = redis::Client::open(self.url())?;
+        let c = client.get_connection_with_timeout(Duration::from_secs(2))?;
+        c.set_read_timeout(Some(Duration::from_secs(30)))?;
+        Ok(c)
+    }
+
+    /// A RESP2 connection (retries for up to 10s).
+    pub fn conn(&self) -> Connection {
+        self.conn_url(&self.url())
+    }
+
+    /// A RESP3 connection (the client sends `HELLO 3`).
+    pub fn conn3(&self) -> Connection {
+        self.conn_url(&format!("{}?protocol=resp3", self.url()))
+    }
+
+    fn conn_url(&self, url: &str) -> Connection {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let r = redis::Client::open(url).and_then(|cl| {
+                let c = cl.get_connection_with_timeout(Duration::from_secs(2))?;
+                c.set_read_timeout(Some(Duration::from_secs(30)))?;
+                Ok(c)
+            });
+            match r {
+                Ok(c) => return c,
+                Err(e) if Instant::now() > deadline => panic!(
+                    "cannot connect to {url}: {e}\n--- log tail ---\n{}",
+                    self.log_tail(30)
+                ),
+                Err(_) => sleep(Duration::from_millis(20)),
+            }
+        }
+    }
+
+    /// A plain socket for byte-exact protocol checks.
+    pub fn raw(&self) -> RawConn {
+        let s = TcpStream::connect(("127.0.0.1", self.port)).expect("connect raw");
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        RawConn { s }
+    }
+
+    /// Whether the process is still running.
+    pub fn is_alive(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// Panics (with the log tail) if the server process has exited.
+    pub fn assert_alive(&mut self) {
+        if !self.is_alive() {
+            panic!(
+                "redis-server is not running any more\n--- log tail ---\n{}",
+                self.log_tail(60)
+            );
+        }
+    }
+
+    /// `SHUTDOWN NOSAVE` (falls back to SIGKILL after 10s) and reaps the process.
+    pub fn stop(&mut self) {
+        if self.child.is_none() {
+            return;
+        }
+        if let Ok(mut c) = self.try_conn() {
+            let _ = redis::cmd("SHUTDOWN").arg("NOSAVE").query::<Value>(&mut c);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.is_alive() && Instant::now() < deadline {
+            sleep(Duration::from_millis(10));
+        }
+        self.kill9();
+    }
+
+    /// SIGKILL, as a crash would, and reaps the process.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts the server again in the same directory on the same port.
+    pub fn start_again(&mut self) {
+        assert!(self.child.is_none(), "server still running");
+        let module = module_path();
+        self.spawn(&module);
+        if let Err(msg) = self.wait_ready() {
+            panic!(
+                "redis-server did not restart: {msg}\n--- log tail ---\n{}",
+                self.log_tail(40)
+            );
+        }
+    }
+
+    /// `stop()` then `start_again()`.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.start_again();
+    }
+}
+
+impl Default for Server {
+    fn default() -> Self {
+        Server::new()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let crashed = self.child.is_some() && !self.is_alive();
+        self.kill9();
+        if std::thread::panicking() || crashed {
+            eprintln!(
+                "--- redis-server on port {} (dir {} kept), log tail ---\n{}",
+                self.port,
+                self.dir.display(),
+                self.log_tail(40)
+            );
+        } else {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// A raw RESP connection for checking reply bytes exactly.
+pub struct RawConn {
+    s: TcpStream,
+}
+
+impl RawConn {
+    /// Sends a command and returns the complete raw reply.
+    pub fn call(&mut self, args: &[&[u8]]) -> Vec<u8> {
+        let mut req = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            req.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            req.extend_from_slice(a);
+            req.extend_from_slice(b"\r\n");
+        }
+        self.s.write_all(&req).expect("raw write");
+        let mut buf = Vec::new();
+        loop {
+            if let Some(n) = resp_len(&buf, 0) {
+                assert_eq!(n, buf.len(), "more bytes than one reply: {buf:?}");
+                return buf;
+            }
+            let mut chunk = [0u8; 4096];
+            let n = self.s.read(&mut chunk).expect("raw read");
+            assert!(n > 0, "connection closed; got {buf:?}");
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+}
+
+/// Length of the complete RESP2/RESP3 value starting at `at`, if all of it is in `b`.
+fn resp_len(b: &[u8], at: usize) -> Option<usize> {
+    let line_end = at + b.get(at..)?.windows(2).position(|w| w == b"\r\n")?;
+    let head = *b.get(at)?;
+    let line = std::str::from_utf8(&b[at + 1..line_end]).ok()?;
+    let after = line_end + 2;
+    match head {
+        b'+' | b'-' | b':' | b'_' | b',' | b'#' | b'(' => Some(after - at),
+        b'$' | b'!' | b'=' => {
+            let n: i64 = line.parse().ok()?;
+            if n < 0 {
+                return Some(after - at);
+            }
+            let end = after + n as usize + 2;
+            (b.len() >= end).then_some(end - at)
+        }
+        b'*' | b'%' | b'~' | b'>' | b'|' => {
+            let n: i64 = line.parse().ok()?;
+            if n < 0 {
+                return Some(after - at);
+            }
+            let items = if head == b'%' || head == b'|' {
+                2 * n
+            } else {
+                n
+            };
+            let mut pos = after;
+            for _ in 0..items {
+                pos += resp_len(b, pos)?;
+            }
+            Some(pos - at)
+        }
+        _ => panic!("unexpected RESP type byte {head:#x} in {b:?}"),
+    }
+}
+
+/// Runs a command; the error is the server's full error text (`"ERR ..."`).
+/// Panics on connection errors (e.g. the server crashed).
+pub fn run(c: &redis::Cmd, con: &mut Connection) -> Result<Value, String> {
+    match c.query::<Value>(con) {
+        Ok(v) => Ok(v),
+        Err(e) => match e.code() {
+            Some(code) => Err(match e.detail() {
+                Some(d) => format!("{code} {d}"),
+                None => code.to_string(),
+            }),
+            None => panic!("connection/client error: {e}"),
+        },
+    }
+}
+
+/// Full text of a `Value::ServerError` (as found inside `EXEC` replies).
+pub fn server_error_text(v: &Value) -> Option<String> {
+    match v {
+        Value::ServerError(se) => Some(match se.details() {
+            Some(d) => format!("{} {}", se.code(), d),
+            None => se.code().to_string(),
+        }),
+        _ => None,
+    }
+}
+
+/// Runs a command given as raw byte strings.
+pub fn run_raw(con: &mut Connection, args: &[Vec<u8>]) -> Result<Value, String> {
+    let mut c = redis::Cmd::new();
+    for a in args {
+        c.arg(a.as_slice());
+    }
+    run(&c, con)
+}
+
+/// The state `LOCK.INFO` reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockInfo {
+    pub holder: Option<Vec<u8>>,
+    pub fence: i64,
+    pub ttl: i64,
+    pub waiters: i64,
+}
+
+fn field_name(v: &Value) -> String {
+    match v {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::SimpleString(s) => s.clone(),
+        other => panic!("LOCK.INFO field name is not a string: {other:?}"),
+    }
+}
+
+fn int(v: &Value, what: &str) -> i64 {
+    match v {
+        Value::Int(i) => *i,
+        other => panic!("{what}: expected an integer, got {other:?}"),
+    }
+}
+
+/// Parses a `LOCK.INFO` reply (flat array or map). `None` for a null reply.
+/// Panics unless exactly the fields holder, fence, ttl, waiters are present once each.
+pub fn parse_info(v: &Value) -> Option<LockInfo> {
+    let pairs: Vec<(&Value, &Value)> = match v {
+        Value::Nil => return None,
+        Value::Array(items) => {
+            assert_eq!(items.len(), 8, "LOCK.INFO flat array: {v:?}");
+            items.chunks(2).map(|c| (&c[0], &c[1])).collect()
+        }
+        Value::Map(m) => m.iter().map(|(k, v)| (k, v)).collect(),
+        other => panic!("LOCK.INFO: unexpected reply {other:?}"),
+    };
+    assert_eq!(pairs.len(), 4, "LOCK.INFO must have 4 fields: {v:?}");
+    let mut seen = HashSet::new();
+    let mut info = LockInfo {
+        holder: None,
+        fence: 0,
+        ttl: 0,
+        waiters: 0,
+    };
+    for (k, val) in pairs {
+        let name = field_name(k);
+        assert!(seen.insert(name.clone()), "duplicate field {name} in {v:?}");
+        match name.as_str() {
+            "holder" => {
+                info.holder = match val {
+                    Value::Nil => None,
+                    Value::BulkString(b) => Some(b.clone()),
+                    other => panic!("holder: expected token or null, got {other:?}"),
+                }
+            }
+            "fence" => info.fence = int(val, "fence"),
+            "ttl" => info.ttl = int(val, "ttl"),
+            "waiters" => info.waiters = int(val, "waiters"),
+            other => panic!("unknown LOCK.INFO field {other} in {v:?}"),
+        }
+    }
+    Some(info)
+}
+
+/// `LOCK.INFO key`, parsed; panics on an error reply.
+pub fn info(con: &mut Connection, key: &str) -> Option<LockInfo> {
+    let v = cmd!(con, "LOCK.INFO", key).unwrap_or_else(|e| panic!("LOCK.INFO {key}: {e}"));
+    parse_info(&v)
+}
+
+fn int_or_nil(v: Value, what: &str) -> Option<i64> {
+    match v {
+        Value::Nil => None,
+        Value::Int(i) => Some(i),
+        other => panic!("{what}: expected integer or null, got {other:?}"),
+    }
+}
+
+/// `LOCK.ACQUIRE key token ttl`: `Some(fence)` or `None`; panics on an error reply.
+pub fn acquire(con: &mut Connection, key: &str, token: &str, ttl: u64) -> Option<i64> {
+    let v = cmd!(con, "LOCK.ACQUIRE", key, token, ttl)
+        .unwrap_or_else(|e| panic!("LOCK.ACQUIRE {key} {token} {ttl}: {e}"));
+    let f = int_or_nil(v, "LOCK.ACQUIRE");
+    if let Some(f) = f {
+        assert!(f > 0, "fence must be positive, got {f}");
+    }
+    f
+}
+
+/// `LOCK.RELEASE key token`: 1 or 0.
+pub fn release(con: &mut Connection, key: &str, token: &str) -> i64 {
+    let v = cmd!(con, "LOCK.RELEASE", key, token)
+        .unwrap_or_else(|e| panic!("LOCK.RELEASE {key} {token}: {e}"));
+    let r = int(&v, "LOCK.RELEASE");
+    assert!(r == 0 || r == 1, "LOCK.RELEASE must reply 0 or 1, got {r}");
+    r
+}
+
+/// `LOCK.EXTEND key token ttl`: 1 or 0.
+pub fn extend(con: &mut Connection, key: &str, token: &str, ttl: u64) -> i64 {
+    let v = cmd!(con, "LOCK.EXTEND", key, token, ttl)
+        .unwrap_or_else(|e| panic!("LOCK.EXTEND {key} {token} {ttl}: {e}"));
+    let r = int(&v, "LOCK.EXTEND");
+    assert!(r == 0 || r == 1, "LOCK.EXTEND must reply 0 or 1, got {r}");
+    r
+}
+
+/// `LOCK.FENCE key token`: `Some(fence)` or `None`.
+pub fn fence(con: &mut Connection, key: &str, token: &str) -> Option<i64> {
+    let v = cmd!(con, "LOCK.FENCE", key, token)
+        .unwrap_or_else(|e| panic!("LOCK.FENCE {key} {token}: {e}"));
+    let f = int_or_nil(v, "LOCK.FENCE");
+    if let Some(f) = f {
+        assert!(f > 0, "fence must be positive, got {f}");
+    }
+    f
+}
+
+/// `EXISTS key == 1`.
+pub fn exists(con: &mut Connection, key: &str) -> bool {
+    match cmd!(con, "EXISTS", key) {
+        Ok(Value::Int(n)) => n == 1,
+        other => panic!("EXISTS {key}: {other:?}"),
+    }
+}
+
+/// Polls `f` every 10ms until it is true or `timeout` passes; returns whether it became true.
+pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        sleep(Duration::from_millis(10));
+    }
+}
+
+/// A field of `INFO <section>`.
+pub fn info_field(con: &mut Connection, section: &str, field: &str) -> Option<String> {
+    let text: String = redis::cmd("INFO")
+        .arg(section)
+        .query(con)
+        .expect("INFO section");
+    let prefix = format!("{field}:");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix).map(|v| v.trim().to_string()))
+}
+
+/// Asserts that `r` is an error whose text starts with `prefix`.
+#[track_caller]
+pub fn assert_err_starts(r: &Result<Value, String>, prefix: &str) {
+    match r {
+        Err(e) => assert!(
+            e.starts_with(prefix),
+            "expected an error starting with {prefix:?}, got {e:?}"
+        ),
+        Ok(v) => panic!("expected an error starting with {prefix:?}, got reply {v:?}"),
+    }
+}
+
+/// Asserts that `after` is the same lock as `before`, observed `elapsed` later: same holder,
+/// fence and waiters, and a ttl that only counted down (within `slack_ms`).
+#[track_caller]
+pub fn assert_same_lock(
+    before: &Option<LockInfo>,
+    after: &Option<LockInfo>,
+    elapsed: Duration,
+    slack_ms: i64,
+) {
+    match (before, after) {
+        (None, None) => {}
+        (Some(b), Some(a)) => {
+            assert_eq!(a.holder, b.holder, "holder changed: {b:?} -> {a:?}");
+            assert_eq!(a.fence, b.fence, "fence changed: {b:?} -> {a:?}");
+            assert_eq!(a.waiters, b.waiters, "waiters changed: {b:?} -> {a:?}");
+            if b.ttl >= 0 {
+                let el = elapsed.as_millis() as i64;
+                assert!(
+                    a.ttl <= b.ttl && a.ttl >= b.ttl - el - slack_ms,
+                    "ttl should only count down: {} -> {} in {el}ms",
+                    b.ttl,
+                    a.ttl
+                );
+            } else {
+                assert_eq!(a.ttl, b.ttl);
+            }
+        }
+        _ => panic!("lock changed: {before:?} -> {after:?}"),
+    }
+}
+
+/// A unique token.
+pub fn token() -> String {
+    uuid::Uuid::new_v4().to_string()
+}

@@ -1,0 +1,260 @@
+//! A replica holds exactly what its master holds; writes on it are refused; after promotion
+//! its leases and fences go on.
+
+mod common;
+
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use common::*;
+use redis::Value;
+
+fn wait_link_up(replica: &mut redis::Connection) {
+    let up = wait_until(Duration::from_secs(15), || {
+        info_field(replica, "replication", "master_link_status").as_deref() == Some("up")
+    });
+    assert!(up, "replica link not up after 15s");
+}
+
+/// A master and a replica of it, linked.
+fn pair() -> (Server, Server) {
+    let m = Server::new();
+    let r = Server::start(Opts::new().replicaof(m.port));
+    wait_link_up(&mut r.conn());
+    (m, r)
+}
+
+/// Waits until the replica has processed everything the master sent.
+fn sync(master: &mut redis::Connection) {
+    assert_eq!(
+        cmd!(master, "WAIT", 1, 5_000),
+        Ok(Value::Int(1)),
+        "replica did not ack"
+    );
+}
+
+#[track_caller]
+fn assert_mirrored(m: &mut redis::Connection, r: &mut redis::Connection, key: &str) {
+    let a = info(m, key);
+    let b = info(r, key);
+    match (&a, &b) {
+        (None, None) => {}
+        (Some(a), Some(b)) => {
+            assert_eq!(a.holder, b.holder, "holder on replica");
+            assert_eq!(a.fence, b.fence, "fence on replica");
+            assert_eq!(a.waiters, b.waiters, "waiters on replica");
+            assert!(
+                (a.ttl - b.ttl).abs() <= 100,
+                "remaining lease: master {} replica {}",
+                a.ttl,
+                b.ttl
+            );
+        }
+        _ => panic!("{key}: master {a:?} replica {b:?}"),
+    }
+}
+
+#[test]
+fn replica_mirrors_every_command() {
+    let (m, r) = pair();
+    let mut mc = m.conn();
+    let mut rc = r.conn();
+    let f1 = acquire(&mut mc, "k", "tok", 30_000).unwrap();
+    sync(&mut mc);
+    assert_mirrored(&mut mc, &mut rc, "k");
+    assert_eq!(info(&mut rc, "k").unwrap().fence, f1);
+
+    sleep(Duration::from_millis(300));
+    assert_eq!(acquire(&mut mc, "k", "tok", 50_000), Some(f1));
+    sync(&mut mc);
+    assert_mirrored(&mut mc, &mut rc, "k");
+    assert!(
+        info(&mut rc, "k").unwrap().ttl > 49_000,
+        "renewal not replicated"
+    );
+
+    assert_eq!(extend(&mut mc, "k", "tok", 20_000), 1);
+    sync(&mut mc);
+    assert_mirrored(&mut mc, &mut rc, "k");
+    assert!(
+        info(&mut rc, "k").unwrap().ttl <= 20_000,
+        "extend not replicated"
+    );
+
+    let f2 = fence(&mut mc, "k", "tok").unwrap();
+    sync(&mut mc);
+    assert_mirrored(&mut mc, &mut rc, "k");
+    assert_eq!(info(&mut rc, "k").unwrap().fence, f2);
+
+    // Failed attempts change nothing on the replica either.
+    assert_eq!(acquire(&mut mc, "k", "other", 1_000), None);
+    assert_eq!(release(&mut mc, "k", "other"), 0);
+    sync(&mut mc);
+    assert_mirrored(&mut mc, &mut rc, "k");
+
+    assert_eq!(release(&mut mc, "k", "tok"), 1);
+    sync(&mut mc);
+    assert!(!exists(&mut rc, "k"), "release not replicated");
+
+    acquire(&mut mc, "d", "tok", 30_000).unwrap();
+    cmd!(&mut mc, "DEL", "d").unwrap();
+    let f3 = acquire(&mut mc, "k", "new", 30_000).unwrap();
+    assert!(f3 > f2);
+    sync(&mut mc);
+    assert!(!exists(&mut rc, "d"));
+    assert_mirrored(&mut mc, &mut rc, "k");
+}
+
+#[test]
+fn full_sync_carries_locks() {
+    let m = Server::new();
+    let mut mc = m.conn();
+    acquire(&mut mc, "k", "tok", 30_000).unwrap();
+    let f = fence(&mut mc, "k", "tok").unwrap();
+    acquire(&mut mc, "gone", "g", 30_000).unwrap();
+    let g = fence(&mut mc, "gone", "g").unwrap();
+    assert_eq!(release(&mut mc, "gone", "g"), 1);
+    let r = Server::start(Opts::new().replicaof(m.port));
+    let mut rc = r.conn();
+    wait_link_up(&mut rc);
+    sync(&mut mc);
+    assert_mirrored(&mut mc, &mut rc, "k");
+    assert!(!exists(&mut rc, "gone"));
+    // Promote: fences go on above everything the master issued.
+    assert_eq!(cmd!(&mut rc, "REPLICAOF", "NO", "ONE"), Ok(Value::Okay));
+    let n = acquire(&mut rc, "gone", "x", 1_000).unwrap();
+    assert!(
+        n > f.max(g),
+        "fresh fence {n} on promoted replica, master issued {}",
+        f.max(g)
+    );
+    assert!(fence(&mut rc, "k", "tok").unwrap() > n);
+}
+
+#[test]
+fn writes_on_replica_are_refused_readonly() {
+    let (m, r) = pair();
+    let mut mc = m.conn();
+    let mut rc = r.conn();
+    acquire(&mut mc, "k", "tok", 30_000).unwrap();
+    sync(&mut mc);
+    let before = info(&mut rc, "k");
+    let t0 = Instant::now();
+    for args in [
+        vec!["LOCK.ACQUIRE", "k", "tok", "1000"],
+        vec!["LOCK.ACQUIRE", "free", "tok", "1000"],
+        vec!["LOCK.ACQUIRE", "free", "tok", "1000", "WAIT", "10"],
+        vec!["LOCK.RELEASE", "k", "tok"],
+        vec!["LOCK.EXTEND", "k", "tok", "60000"],
+        vec!["LOCK.FENCE", "k", "tok"],
+    ] {
+        let raw: Vec<Vec<u8>> = args.iter().map(|a| a.as_bytes().to_vec()).collect();
+        assert_err_starts(&run_raw(&mut rc, &raw), "READONLY");
+    }
+    assert_same_lock(&before, &info(&mut rc, "k"), t0.elapsed(), 100);
+    assert!(!exists(&mut rc, "free"));
+    // Reads work.
+    assert_eq!(
+        info(&mut rc, "k").unwrap().holder.as_deref(),
+        Some(&b"tok"[..])
+    );
+    // And the master was not touched.
+    assert_mirrored(&mut mc, &mut rc, "k");
+}
+
+#[test]
+fn lease_end_on_master_removes_key_on_replica() {
+    let (m, r) = pair();
+    let mut mc = m.conn();
+    let mut rc = r.conn();
+    let t0 = Instant::now();
+    acquire(&mut mc, "k", "tok", 400).unwrap();
+    sync(&mut mc);
+    if t0.elapsed() < Duration::from_millis(300) {
+        assert!(exists(&mut rc, "k"));
+    }
+    assert!(
+        wait_until(Duration::from_secs(3), || !exists(&mut rc, "k")),
+        "lease end not replicated"
+    );
+    assert!(t0.elapsed() >= Duration::from_millis(390), "removed early");
+    assert!(!exists(&mut mc, "k"));
+}
+
+#[test]
+fn replica_leaves_removal_to_master_but_reads_see_lease_end() {
+    let (m, r) = pair();
+    let mut mc = m.conn();
+    let mut rc = r.conn();
+    let t0 = Instant::now();
+    acquire(&mut mc, "k", "tok", 1_000).unwrap();
+    sync(&mut mc);
+    // Freeze the master (timers and cron included) past the deadline.
+    let mut sleeper = m.conn();
+    let h = std::thread::spawn(move || cmd!(&mut sleeper, "DEBUG", "SLEEP", 3));
+    sleep(Duration::from_millis(1_500).saturating_sub(t0.elapsed()));
+    assert!(
+        t0.elapsed() < Duration::from_millis(2_800),
+        "test machine too slow for this check"
+    );
+    assert!(
+        exists(&mut rc, "k"),
+        "replica removed a key on its own; only the master's DEL may do that"
+    );
+    if let Some(i) = info(&mut rc, "k") {
+        assert_eq!(
+            i.holder, None,
+            "replica reports an ended lease as held: {i:?}"
+        );
+    }
+    assert_eq!(h.join().unwrap(), Ok(Value::Okay));
+    assert!(
+        wait_until(Duration::from_secs(3), || !exists(&mut rc, "k")),
+        "master's removal did not reach the replica"
+    );
+}
+
+#[test]
+fn promoted_replica_continues_leases_and_fences() {
+    let (m, r) = pair();
+    let mut mc = m.conn();
+    let mut rc = r.conn();
+    let t0 = Instant::now();
+    acquire(&mut mc, "k", "tok", 2_500).unwrap();
+    let mut issued = vec![fence(&mut mc, "k", "tok").unwrap()];
+    issued.push(acquire(&mut mc, "k2", "t2", 60_000).unwrap());
+    issued.push(fence(&mut mc, "k2", "t2").unwrap());
+    acquire(&mut mc, "gone", "g", 60_000).unwrap();
+    issued.push(fence(&mut mc, "gone", "g").unwrap());
+    assert_eq!(release(&mut mc, "gone", "g"), 1);
+    sync(&mut mc);
+    let max = *issued.iter().max().unwrap();
+    assert_eq!(cmd!(&mut rc, "REPLICAOF", "NO", "ONE"), Ok(Value::Okay));
+    // Leases go on counting down.
+    let a = info(&mut rc, "k").expect("lock on promoted replica").ttl;
+    sleep(Duration::from_millis(300));
+    let b = info(&mut rc, "k").expect("lock on promoted replica").ttl;
+    assert!(
+        b <= a - 250,
+        "ttl on promoted replica: {a} then {b} 300ms later"
+    );
+    // New fences there are above all the master issued.
+    let f = fence(&mut rc, "k2", "t2").unwrap();
+    assert!(
+        f > max,
+        "fence {f} on promoted replica; master issued {issued:?}"
+    );
+    let n = acquire(&mut rc, "gone", "x", 10_000).unwrap();
+    assert!(n > f);
+    // And the lease ends there at its deadline.
+    assert!(
+        wait_until(Duration::from_secs(6), || !exists(&mut rc, "k")),
+        "lease did not end on the promoted replica"
+    );
+    assert!(
+        t0.elapsed() >= Duration::from_millis(2_450),
+        "lease ended early on the promoted replica, after {:?}",
+        t0.elapsed()
+    );
+    assert!(acquire(&mut rc, "k", "new", 1_000).unwrap() > n);
+}
