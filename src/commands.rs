@@ -19,6 +19,7 @@ use crate::config;
 use crate::error::LockError;
 use crate::expiry::{self, LeaseEnd};
 use crate::fence::server_fences;
+use crate::keyspace::{key_in_db, selected_db, signal_modified};
 use crate::lock::{Acquire, Grant, Lock, Vacated};
 use crate::persistence::LOCK_TYPE;
 use crate::stats;
@@ -59,19 +60,6 @@ impl<'a> Call<'a> {
 fn lock_at(key: &RedisKeyWritable) -> Result<Option<&mut Lock>, LockError> {
     key.get_value::<Lock>(&LOCK_TYPE)
         .map_err(|_| LockError::WrongType)
-}
-
-pub fn selected_db(ctx: &Context) -> i32 {
-    // SAFETY: ctx.ctx is the live context of the running command or callback.
-    unsafe { raw::RedisModule_GetSelectedDb.unwrap()(ctx.ctx) }
-}
-
-fn signal_modified(ctx: &Context, key: &RedisString) {
-    // SAFETY: both pointers are live for this call. The module sets
-    // NO_IMPLICIT_SIGNAL_MODIFIED, so this is what makes WATCH see a change.
-    unsafe {
-        raw::RedisModule_SignalModifiedKey.unwrap()(ctx.ctx, key.inner);
-    }
 }
 
 /// A change that clients can see: counted in `INFO lock`, and announced as a keyspace event
@@ -409,20 +397,12 @@ pub fn end_lease(ctx: &Context, name: &RedisString, now: Now) -> LeaseEnd {
     }
 }
 
-/// Opens the key a waiter waits on, in its database.
-fn waiter_key(ctx: &Context, db: i32, key: &[u8]) -> Option<RedisString> {
-    // SAFETY: ctx.ctx is the live context of this callback; SelectDb fails only for a
-    // database index out of range.
-    let selected = unsafe { raw::RedisModule_SelectDb.unwrap()(ctx.ctx, db) };
-    (selected == raw::REDISMODULE_OK as i32).then(|| RedisString::create_from_slice(ctx.ctx, key))
-}
-
 /// The sweep found waiter `id`'s wait deadline due: it leaves the queue and gets null.
 pub fn wait_timed_out(ctx: &Context, id: u64) {
     let Some((db, key)) = waiters::key_of(id) else {
         return; // granted or gone already
     };
-    if let Some(name) = waiter_key(ctx, db, &key) {
+    if let Some(name) = key_in_db(ctx, db, &key) {
         if let Ok(Some(lock)) = lock_at(&ctx.open_key_writable(&name)) {
             lock.remove_waiter(id);
         }
@@ -438,7 +418,7 @@ pub fn waiter_gone(ctx: &Context, gone: Gone) {
     if let Some(deadline) = gone.wait_deadline {
         expiry::untrack_wait(gone.id, deadline);
     }
-    let Some(name) = waiter_key(ctx, gone.db, &gone.key) else {
+    let Some(name) = key_in_db(ctx, gone.db, &gone.key) else {
         return;
     };
     let key = ctx.open_key_writable(&name);
@@ -473,7 +453,7 @@ pub fn adopt_orphans(ctx: &Context) {
         let Some((db, key_name)) = queue.front().and_then(|w| waiters::key_of(w.id)) else {
             continue;
         };
-        let Some(name) = waiter_key(ctx, db, &key_name) else {
+        let Some(name) = key_in_db(ctx, db, &key_name) else {
             continue;
         };
         let key = ctx.open_key_writable(&name);

@@ -69,7 +69,7 @@ pub fn on_keyspace_event(ctx: &Context, _: NotifyEvent, event: &str, key: &[u8])
     if let Ok(Some(lock)) = handle.get_value::<Lock>(&LOCK_TYPE) {
         expiry::track(
             ctx,
-            crate::commands::selected_db(ctx),
+            crate::keyspace::selected_db(ctx),
             key,
             None,
             Some(lock.deadline()),

@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use redis_module::{raw, Context, ContextFlags, RedisString};
+use redis_module::{raw, Context, ContextFlags};
 
 use crate::clock::{self, Now};
 
@@ -273,10 +273,9 @@ pub fn sweep(ctx: &Context) {
         let Some((deadline, db, key)) = index().pop_due(now.mono) else {
             break;
         };
-        if select_db(ctx, db).is_err() {
+        let Some(name) = crate::keyspace::key_in_db(ctx, db, &key) else {
             continue;
-        }
-        let name = RedisString::create_from_slice(ctx.ctx, &key);
+        };
         if let LeaseEnd::Deferred = crate::commands::end_lease(ctx, &name, now) {
             deferred.push((deadline, db, key));
         }
@@ -289,17 +288,6 @@ pub fn sweep(ctx: &Context) {
         return; // entries already due would re-arm the timer at once; cron comes back
     }
     arm(ctx, clock::now());
-}
-
-fn select_db(ctx: &Context, db: i32) -> Result<(), ()> {
-    // SAFETY: ctx.ctx is the live context of this callback; SelectDb only fails for an
-    // index out of range, which a `SWAPDB` or a smaller `databases` after restart can give.
-    let status = unsafe { raw::RedisModule_SelectDb.unwrap()(ctx.ctx, db) };
-    if status == raw::REDISMODULE_OK as i32 {
-        Ok(())
-    } else {
-        Err(())
-    }
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ mod error;
 mod events;
 mod expiry;
 mod fence;
+mod keyspace;
 mod lock;
 mod persistence;
 mod stats;
