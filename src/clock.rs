@@ -6,8 +6,9 @@
 use std::sync::OnceLock;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-/// One reading of both clocks, in milliseconds. `mono` counts from an arbitrary origin
-/// fixed when the module first reads it.
+/// One reading of both clocks. `mono` is in microseconds from an arbitrary origin fixed
+/// when the module first reads it (fine enough that rounding never shortens a lease); `wall`
+/// is Unix milliseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Now {
     pub mono: u64,
@@ -19,25 +20,29 @@ pub fn now() -> Now {
     let origin = *ORIGIN.get_or_init(Instant::now);
     // Start the monotonic count well above zero, so that a deadline converted from a wall
     // time in the past stays a positive number rather than saturating at 0.
-    let mono = origin.elapsed().as_millis() as u64 + MONO_BASE;
+    let mono = origin.elapsed().as_micros() as u64 + MONO_BASE;
     let wall = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);
     Now { mono, wall }
 }
 
-const MONO_BASE: u64 = 1 << 40;
+/// Far enough above zero that a deadline converted from a wall time long past (ten years of
+/// microseconds) stays positive.
+const MONO_BASE: u64 = 1 << 49;
 
 impl Now {
-    /// The Unix-millisecond time at which monotonic `deadline` falls, as seen now.
+    /// The Unix-millisecond time at which monotonic `deadline` falls, as seen now; rounded
+    /// up, so that a lease carried to a replica or a restart is never shorter.
     pub fn to_wall(self, deadline: u64) -> i64 {
-        self.wall + (deadline as i64 - self.mono as i64)
+        let delta_us = deadline as i64 - self.mono as i64;
+        self.wall + delta_us.div_euclid(1000) + i64::from(delta_us.rem_euclid(1000) != 0)
     }
 
     /// The monotonic deadline for Unix-millisecond time `wall_deadline`, as seen now.
     pub fn to_mono(self, wall_deadline: i64) -> u64 {
-        let delta = wall_deadline.saturating_sub(self.wall);
-        (self.mono as i64).saturating_add(delta).max(0) as u64
+        let delta_us = wall_deadline.saturating_sub(self.wall).saturating_mul(1000);
+        (self.mono as i64).saturating_add(delta_us).max(0) as u64
     }
 }
 
@@ -45,17 +50,25 @@ impl Now {
 mod tests {
     use super::*;
 
+    const NOW: Now = Now {
+        mono: 5_000_000,
+        wall: 1_700_000_000_000,
+    };
+
     #[test]
     fn round_trip() {
-        let now = Now {
-            mono: 5_000,
-            wall: 1_700_000_000_000,
-        };
-        assert_eq!(now.to_wall(6_000), 1_700_000_001_000);
-        assert_eq!(now.to_mono(1_700_000_001_000), 6_000);
+        assert_eq!(NOW.to_wall(6_000_000), 1_700_000_001_000);
+        assert_eq!(NOW.to_mono(1_700_000_001_000), 6_000_000);
         // A deadline already past stays in the past.
-        assert_eq!(now.to_mono(1_699_999_999_000), 4_000);
-        assert_eq!(now.to_mono(i64::MIN), 0);
+        assert_eq!(NOW.to_mono(1_699_999_999_000), 4_000_000);
+        assert_eq!(NOW.to_mono(i64::MIN), 0);
+    }
+
+    #[test]
+    fn wall_deadlines_round_up() {
+        assert_eq!(NOW.to_wall(5_000_001), 1_700_000_000_001);
+        assert_eq!(NOW.to_wall(4_999_999), 1_700_000_000_000);
+        assert_eq!(NOW.to_wall(4_998_500), 1_699_999_999_999);
     }
 
     #[test]

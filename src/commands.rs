@@ -19,7 +19,7 @@ use crate::config;
 use crate::error::LockError;
 use crate::expiry::{self, LeaseEnd};
 use crate::fence::server_fences;
-use crate::keyspace::{key_in_db, selected_db, signal_modified};
+use crate::keyspace::{key_in_db, replicate_state, selected_db, signal_modified};
 use crate::lock::{Acquire, Grant, Lock, Vacated};
 use crate::persistence::LOCK_TYPE;
 use crate::stats;
@@ -60,6 +60,14 @@ impl<'a> Call<'a> {
 fn lock_at(key: &RedisKeyWritable) -> Result<Option<&mut Lock>, LockError> {
     key.get_value::<Lock>(&LOCK_TYPE)
         .map_err(|_| LockError::WrongType)
+}
+
+/// Puts a new lock at an empty key and returns it at its final address, which the expiry
+/// index records.
+fn store(key: &RedisKeyWritable, lock: Lock) -> Result<&mut Lock, RedisError> {
+    key.set_value(&LOCK_TYPE, lock)?;
+    stats::lock_created();
+    lock_at(key)?.ok_or(RedisError::Str("ERR lock vanished after it was stored"))
 }
 
 /// A change that clients can see: counted in `INFO lock`, and announced as a keyspace event
@@ -113,30 +121,11 @@ fn changed(
     now: Now,
     event: Event,
 ) {
-    expiry::track(
-        ctx,
-        selected_db(ctx),
-        key.as_slice(),
-        old,
-        Some(lock.deadline()),
-    );
-    let token = RedisString::create_from_slice(ctx.ctx, lock.token());
-    let deadline = number(ctx, now.to_wall(lock.deadline()));
-    let fence = number(ctx, lock.fence() as i64);
-    ctx.replicate("LOCK.APPLY", &[key, &token, &deadline, &fence]);
+    expiry::track(ctx, lock, old, Some(lock.deadline()), now);
+    let deadline = now.to_wall(lock.deadline());
+    replicate_state(ctx, key, lock.token(), deadline, lock.fence());
     signal_modified(ctx, key);
     record(ctx, event, key);
-}
-
-/// After the lock at `key`, whose deadline was `old`, was deleted.
-fn removed(ctx: &Context, key: &RedisString, old: u64) {
-    expiry::track(ctx, selected_db(ctx), key.as_slice(), Some(old), None);
-    ctx.replicate("DEL", &[key]);
-    signal_modified(ctx, key);
-}
-
-fn number(ctx: &Context, n: i64) -> RedisString {
-    RedisString::create_from_slice(ctx.ctx, n.to_string().as_bytes())
 }
 
 /// Grants are delivered like any other change: indexed, propagated with the new holder's
@@ -177,8 +166,11 @@ fn vacated(
     match v {
         Vacated::Granted(grant) => deliver(ctx, name, lock, grant, Some(old), now),
         Vacated::Free => {
+            // Out of the index first: the free callback looks for the current deadline.
+            expiry::track(ctx, lock, Some(old), None, now);
             if key.delete().is_ok() {
-                removed(ctx, name, old);
+                ctx.replicate("DEL", &[name]);
+                signal_modified(ctx, name);
             }
         }
     }
@@ -197,20 +189,27 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let now = clock::now();
     let key = ctx.open_key_writable(call.key);
     let Some(lock) = lock_at(&key)? else {
-        let (lock, fence) = Lock::acquired(a.token, a.ttl, now, &mut server_fences());
-        changed(ctx, call.key, &lock, None, now, Event::Acquired);
-        key.set_value(&LOCK_TYPE, lock)?;
-        stats::lock_created();
+        let db = selected_db(ctx);
+        let (lock, fence) = Lock::acquired(
+            call.key.as_slice(),
+            db,
+            a.token,
+            a.ttl,
+            now,
+            &mut server_fences(),
+        );
+        let lock = store(&key, lock)?;
+        changed(ctx, call.key, lock, None, now, Event::Acquired);
         return Ok(RedisValue::Integer(fence as i64));
     };
     settle(ctx, call.key, lock, now);
     // Inside MULTI or a script, WAIT does not block: the reply is as without it.
     let wait_as = match a.wait {
         Some(timeout) if lock.must_wait(a.token, now) && may_block(ctx) => {
-            let deadline = (timeout > 0).then(|| now.mono + timeout);
+            let deadline = (timeout > 0).then(|| now.mono + timeout.saturating_mul(1000));
             let id = waiters::block(ctx, selected_db(ctx), call.key.as_slice(), deadline);
             if let Some(deadline) = deadline {
-                expiry::track_wait(ctx, id, deadline);
+                expiry::track_wait(ctx, id, deadline, now);
             }
             Some(id)
         }
@@ -346,38 +345,33 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let now = clock::now();
     let deadline = now.to_mono(a.deadline_unix_ms);
     let key = ctx.open_key_writable(call.key);
-    let old = match lock_at(&key)? {
+    let (lock, old) = match lock_at(&key)? {
         Some(lock) => {
             let old = lock.deadline();
             lock.overwrite(a.token, deadline, a.fence);
-            Some(old)
+            (lock, Some(old))
         }
         None => {
-            key.set_value(&LOCK_TYPE, Lock::restored(a.token, deadline, a.fence))?;
-            stats::lock_created();
-            None
+            let db = selected_db(ctx);
+            let lock = Lock::restored(call.key.as_slice(), db, a.token, deadline, a.fence);
+            (store(&key, lock)?, None)
         }
     };
     server_fences().observe(a.fence);
-    expiry::track(
-        ctx,
-        selected_db(ctx),
-        call.key.as_slice(),
-        old,
-        Some(deadline),
-    );
+    expiry::track(ctx, lock, old, Some(deadline), now);
     ctx.replicate_verbatim();
     signal_modified(ctx, call.key);
     Ok(RedisValue::SimpleStringStatic("OK"))
 }
 
-/// Called by the expiry sweep for a key whose lease deadline came up.
-pub fn end_lease(ctx: &Context, name: &RedisString, now: Now) -> LeaseEnd {
+/// Called by the expiry sweep for the lock at address `lock_at_address`, found under
+/// `name`, whose lease deadline came up.
+pub fn end_lease(ctx: &Context, name: &RedisString, lock_at_address: usize, now: Now) -> LeaseEnd {
     let key = ctx.open_key_writable(name);
     let Ok(Some(lock)) = lock_at(&key) else {
         return LeaseEnd::Stale;
     };
-    if lock.is_held(now) {
+    if !std::ptr::eq(lock, lock_at_address as *const Lock) || lock.is_held(now) {
         return LeaseEnd::Stale;
     }
     if ctx
@@ -463,11 +457,17 @@ pub fn adopt_orphans(ctx: &Context) {
                 settle(ctx, &name, lock, now);
             }
             Ok(None) => {
-                let granted = Lock::granted_to_queue(queue, last_fence, now, &mut server_fences());
+                let granted = Lock::granted_to_queue(
+                    &key_name,
+                    db,
+                    queue,
+                    last_fence,
+                    now,
+                    &mut server_fences(),
+                );
                 if let Some((lock, grant)) = granted {
-                    deliver(ctx, &name, &lock, grant, None, now);
-                    if key.set_value(&LOCK_TYPE, lock).is_ok() {
-                        stats::lock_created();
+                    if let Ok(lock) = store(&key, lock) {
+                        deliver(ctx, &name, lock, grant, None, now);
                     }
                 }
             }

@@ -52,9 +52,8 @@ unsafe extern "C" fn on_swapdb(
     expiry::swap_dbs(info.dbnum_first, info.dbnum_second);
 }
 
-/// `RENAME`, `MOVE` and `COPY` put a lock under a name (or database) that its expiry entry
-/// does not name; index it there, so that its lease still ends on time. The stale entry
-/// under the old name is dropped by the sweep.
+/// `RENAME`, `MOVE` and `COPY` put a lock under a name or database it does not know yet; it
+/// keeps its own, for the lease-end sweep to find it by.
 pub fn on_keyspace_event(ctx: &Context, _: NotifyEvent, event: &str, key: &[u8]) {
     if event == "del" && waiters::has_orphans() {
         // A deleted lock had waiters; the keyspace may not be written from here.
@@ -65,14 +64,9 @@ pub fn on_keyspace_event(ctx: &Context, _: NotifyEvent, event: &str, key: &[u8])
         return;
     }
     let name = redis_module::RedisString::create_from_slice(ctx.ctx, key);
-    let handle = ctx.open_key(&name);
+    let handle = ctx.open_key_writable(&name);
     if let Ok(Some(lock)) = handle.get_value::<Lock>(&LOCK_TYPE) {
-        expiry::track(
-            ctx,
-            crate::keyspace::selected_db(ctx),
-            key,
-            None,
-            Some(lock.deadline()),
-        );
+        lock.relocate(key, crate::keyspace::selected_db(ctx));
+        expiry::ensure_armed(ctx);
     }
 }

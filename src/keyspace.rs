@@ -1,5 +1,8 @@
 //! The few keyspace calls the crate has no safe wrapper for: which database a context has
-//! selected, selecting one from a callback, and telling `WATCH` a key changed.
+//! selected, selecting one from a callback, telling `WATCH` a key changed, and propagating
+//! a lock's state without building Rust strings for it.
+
+use std::os::raw::{c_char, c_longlong};
 
 use redis_module::{raw, Context, RedisString};
 
@@ -24,5 +27,26 @@ pub fn signal_modified(ctx: &Context, key: &RedisString) {
     // SAFETY: both pointers are live for this call.
     unsafe {
         raw::RedisModule_SignalModifiedKey.unwrap()(ctx.ctx, key.inner);
+    }
+}
+
+/// Propagates `LOCK.APPLY key token deadline fence` to replicas and the AOF. The crate's
+/// `replicate` wants every argument as a `RedisString`; formatting the numbers through it
+/// cost several allocations per command on the hot path (measured), so this lets Redis
+/// format them.
+pub fn replicate_state(ctx: &Context, key: &RedisString, token: &[u8], deadline: i64, fence: u64) {
+    // SAFETY: the format "sbll" matches the arguments that follow: a RedisModuleString, a
+    // buffer as pointer and length, and two long longs. Redis copies them before returning.
+    unsafe {
+        raw::RedisModule_Replicate.unwrap()(
+            ctx.ctx,
+            c"LOCK.APPLY".as_ptr(),
+            c"sbll".as_ptr(),
+            key.inner,
+            token.as_ptr().cast::<c_char>(),
+            token.len(),
+            deadline as c_longlong,
+            fence as c_longlong,
+        );
     }
 }

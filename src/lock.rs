@@ -5,16 +5,22 @@
 //! A `Lock` value always has a token and a deadline. The lease is *held* while
 //! `now.mono < deadline`; once the deadline has passed the value only remembers the last
 //! fence until the key is removed (by the lease-end sweep, or by the next write to the key).
+//! Times are monotonic microseconds, leases and `ttl`s milliseconds: a lease never ends
+//! before `ttl` has passed, to the microsecond.
 
 use std::collections::VecDeque;
 
 use crate::clock::Now;
 use crate::fence::FenceIssuer;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Lock {
-    token: Box<[u8]>,
-    /// Monotonic milliseconds at which the lease ends.
+    /// The key's name, then the holder's token, in one allocation. The lock knows its key so
+    /// that the lease-end sweep can get from a deadline to the key.
+    names: Box<[u8]>,
+    key_len: u32,
+    db: i32,
+    /// Monotonic microseconds at which the lease ends.
     deadline: u64,
     /// The last fence issued for this key.
     fence: u64,
@@ -30,6 +36,7 @@ pub struct Lock {
 pub struct Waiter {
     pub id: u64,
     token: Box<[u8]>,
+    /// Milliseconds.
     ttl: u64,
 }
 
@@ -82,22 +89,45 @@ pub struct Info<'a> {
     pub waiters: usize,
 }
 
+fn micros(ms: u64) -> u64 {
+    ms.saturating_mul(1000)
+}
+
+fn joined(key: &[u8], token: &[u8]) -> Box<[u8]> {
+    [key, token].concat().into_boxed_slice()
+}
+
 impl Lock {
-    /// A fresh key acquired by `token`, with its first fence.
-    pub fn acquired(token: &[u8], ttl: u64, now: Now, fences: &mut FenceIssuer) -> (Lock, u64) {
-        let fence = fences.issue(0, now.wall);
-        let lock = Lock {
-            token: token.into(),
-            deadline: now.mono + ttl,
+    fn new(key: &[u8], db: i32, token: &[u8], deadline: u64, fence: u64) -> Lock {
+        Lock {
+            names: joined(key, token),
+            key_len: key.len() as u32,
+            db,
+            deadline,
             fence,
             waiters: None,
-        };
+        }
+    }
+
+    /// A fresh key acquired by `token`, with its first fence.
+    pub fn acquired(
+        key: &[u8],
+        db: i32,
+        token: &[u8],
+        ttl: u64,
+        now: Now,
+        fences: &mut FenceIssuer,
+    ) -> (Lock, u64) {
+        let fence = fences.issue(0, now.wall);
+        let lock = Lock::new(key, db, token, now.mono + micros(ttl), fence);
         (lock, fence)
     }
 
     /// A fresh key granted to the first of `queue` (waiters of a key that was deleted under
     /// them), its fence above `last_fence`. The rest of the queue keeps its order.
     pub fn granted_to_queue(
+        key: &[u8],
+        db: i32,
         mut queue: VecDeque<Waiter>,
         last_fence: u64,
         now: Now,
@@ -105,37 +135,55 @@ impl Lock {
     ) -> Option<(Lock, Grant)> {
         let head = queue.pop_front()?;
         let fence = fences.issue(last_fence, now.wall);
-        let lock = Lock {
-            token: head.token,
-            deadline: now.mono + head.ttl,
-            fence,
-            waiters: (!queue.is_empty()).then(|| Box::new(queue)),
-        };
+        let mut lock = Lock::new(key, db, &head.token, now.mono + micros(head.ttl), fence);
+        lock.waiters = (!queue.is_empty()).then(|| Box::new(queue));
         Some((lock, Grant { id: head.id, fence }))
     }
 
     /// A lock as persisted or replicated; `deadline` is already on the monotonic clock.
     /// Waiters are not persisted: they are connections to this server.
-    pub fn restored(token: &[u8], deadline: u64, fence: u64) -> Lock {
-        Lock {
-            token: token.into(),
-            deadline,
-            fence,
-            waiters: None,
-        }
+    pub fn restored(key: &[u8], db: i32, token: &[u8], deadline: u64, fence: u64) -> Lock {
+        Lock::new(key, db, token, deadline, fence)
+    }
+
+    /// The same holder, lease and fence at another key, without the queue, for `COPY`:
+    /// waiters are connections waiting for the original key.
+    pub fn copied_to(&self, key: &[u8]) -> Lock {
+        Lock::new(key, self.db, self.token(), self.deadline, self.fence)
     }
 
     /// Replaces holder, deadline and fence with what a master propagated, keeping the queue.
     pub fn overwrite(&mut self, token: &[u8], deadline: u64, fence: u64) {
-        if *self.token != *token {
-            self.token = token.into();
-        }
+        self.set_token(token);
         self.deadline = deadline;
         self.fence = fence;
     }
 
+    fn set_token(&mut self, token: &[u8]) {
+        if self.token() != token {
+            self.names = joined(self.key(), token);
+        }
+    }
+
+    /// The key was renamed or moved (`RENAME`, `MOVE`, `COPY`, `SWAPDB`).
+    pub fn relocate(&mut self, key: &[u8], db: i32) {
+        if self.key() != key {
+            self.names = joined(key, self.token());
+            self.key_len = key.len() as u32;
+        }
+        self.db = db;
+    }
+
+    pub fn key(&self) -> &[u8] {
+        &self.names[..self.key_len as usize]
+    }
+
+    pub fn db(&self) -> i32 {
+        self.db
+    }
+
     pub fn token(&self) -> &[u8] {
-        &self.token
+        &self.names[self.key_len as usize..]
     }
 
     pub fn deadline(&self) -> u64 {
@@ -151,7 +199,7 @@ impl Lock {
     }
 
     fn is_held_by(&self, token: &[u8], now: Now) -> bool {
-        self.is_held(now) && *self.token == *token
+        self.is_held(now) && self.token() == token
     }
 
     pub fn waiter_count(&self) -> usize {
@@ -160,7 +208,7 @@ impl Lock {
 
     /// True if `token` would have to wait: another token holds the lock.
     pub fn must_wait(&self, token: &[u8], now: Now) -> bool {
-        self.is_held(now) && *self.token != *token
+        self.is_held(now) && self.token() != token
     }
 
     /// Puts the waiters of a deleted key behind the ones of this lock, in their order.
@@ -170,12 +218,6 @@ impl Lock {
                 .get_or_insert_with(Default::default)
                 .extend(queue);
         }
-    }
-
-    /// The same holder, lease and fence without the queue, for `COPY`: waiters are
-    /// connections waiting for the original key.
-    pub fn without_waiters(&self) -> Lock {
-        Lock::restored(&self.token, self.deadline, self.fence)
     }
 
     /// Takes the whole queue (the key is going away under it).
@@ -200,8 +242,8 @@ impl Lock {
             self.waiters = None;
         }
         self.fence = fences.issue(self.fence, now.wall);
-        self.token = head.token;
-        self.deadline = now.mono + head.ttl;
+        self.set_token(&head.token);
+        self.deadline = now.mono + micros(head.ttl);
         Some(Grant {
             id: head.id,
             fence: self.fence,
@@ -228,7 +270,7 @@ impl Lock {
         fences: &mut FenceIssuer,
     ) -> Acquire {
         if self.is_held_by(token, now) {
-            self.deadline = now.mono + ttl;
+            self.deadline = now.mono + micros(ttl);
             return Acquire::Renewed(self.fence);
         }
         if self.is_held(now) {
@@ -242,10 +284,8 @@ impl Lock {
         }
         // Free, and (settled) nobody waits.
         self.fence = fences.issue(self.fence, now.wall);
-        if *self.token != *token {
-            self.token = token.into();
-        }
-        self.deadline = now.mono + ttl;
+        self.set_token(token);
+        self.deadline = now.mono + micros(ttl);
         Acquire::Granted(self.fence)
     }
 
@@ -297,7 +337,7 @@ impl Lock {
         if !self.is_held_by(token, now) {
             return false;
         }
-        self.deadline = now.mono + ttl;
+        self.deadline = now.mono + micros(ttl);
         true
     }
 
@@ -312,14 +352,12 @@ impl Lock {
 
     pub fn info(&self, now: Now) -> Info<'_> {
         let held = self.is_held(now);
+        // Rounded up: a lease still held never reads as 0 ms left.
+        let ttl = (self.deadline.saturating_sub(now.mono)).div_ceil(1000) as i64;
         Info {
-            holder: held.then_some(&*self.token),
+            holder: held.then(|| self.token()),
             fence: self.fence,
-            ttl: if held {
-                (self.deadline - now.mono) as i64
-            } else {
-                -1
-            },
+            ttl: if held { ttl } else { -1 },
             waiters: self.waiter_count(),
         }
     }
@@ -331,7 +369,7 @@ impl Lock {
                 + q.capacity() * std::mem::size_of::<Waiter>()
                 + q.iter().map(|w| w.token.len()).sum::<usize>()
         });
-        std::mem::size_of::<Lock>() + self.token.len() + queue
+        std::mem::size_of::<Lock>() + self.names.len() + queue
     }
 }
 
@@ -339,15 +377,23 @@ impl Lock {
 mod tests {
     use super::*;
 
-    fn at(mono: u64) -> Now {
+    /// The clocks `ms` milliseconds into a test.
+    fn at(ms: u64) -> Now {
         Now {
-            mono,
-            wall: 1_764_000_000_000 + mono as i64,
+            mono: ms * 1000,
+            wall: 1_764_000_000_000 + ms as i64,
+        }
+    }
+
+    fn at_us(us: u64) -> Now {
+        Now {
+            mono: us,
+            wall: 1_764_000_000_000 + (us / 1000) as i64,
         }
     }
 
     fn fresh(token: &[u8], ttl: u64, now: Now, f: &mut FenceIssuer) -> (Lock, u64) {
-        Lock::acquired(token, ttl, now, f)
+        Lock::acquired(b"key", 0, token, ttl, now, f)
     }
 
     #[test]
@@ -565,11 +611,48 @@ mod tests {
         queued(&mut lock, 1, at(1), &mut f);
         queued(&mut lock, 2, at(1), &mut f);
         let queue = lock.take_waiters();
-        let (lock, grant) = Lock::granted_to_queue(queue, fence, at(2), &mut f).unwrap();
+        let (lock, grant) = Lock::granted_to_queue(b"key", 0, queue, fence, at(2), &mut f).unwrap();
         assert_eq!(grant.id, 1);
         assert!(grant.fence > fence);
         assert_eq!(lock.info(at(2)).holder, Some(&b"w1"[..]));
         assert_eq!(lock.waiter_count(), 1);
-        assert!(Lock::granted_to_queue(VecDeque::new(), 0, at(2), &mut f).is_none());
+        assert!(Lock::granted_to_queue(b"key", 0, VecDeque::new(), 0, at(2), &mut f).is_none());
+    }
+
+    #[test]
+    fn a_lease_never_ends_before_its_ttl_to_the_microsecond() {
+        let mut f = FenceIssuer::default();
+        let (lock, _) = fresh(b"a", 50, at_us(1_999), &mut f);
+        assert!(lock.is_held(at_us(51_998)));
+        assert!(!lock.is_held(at_us(51_999)));
+        assert_eq!(lock.info(at_us(51_998)).ttl, 1, "rounded up while held");
+    }
+
+    #[test]
+    fn the_lock_knows_its_key_and_token_apart() {
+        let mut f = FenceIssuer::default();
+        let (mut lock, _) = Lock::acquired(b"orders:1", 3, b"tok", 10, at(0), &mut f);
+        assert_eq!(
+            (lock.key(), lock.token(), lock.db()),
+            (&b"orders:1"[..], &b"tok"[..], 3)
+        );
+        lock.relocate(b"o", 4);
+        assert_eq!(
+            (lock.key(), lock.token(), lock.db()),
+            (&b"o"[..], &b"tok"[..], 4)
+        );
+        assert!(matches!(
+            lock.acquire(b"longer-token", 10, None, at(20), &mut f),
+            Acquire::Granted(_)
+        ));
+        assert_eq!(
+            (lock.key(), lock.token()),
+            (&b"o"[..], &b"longer-token"[..])
+        );
+        let copy = lock.copied_to(b"copy");
+        assert_eq!(
+            (copy.key(), copy.token(), copy.fence()),
+            (&b"copy"[..], &b"longer-token"[..], lock.fence())
+        );
     }
 }

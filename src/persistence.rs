@@ -9,7 +9,7 @@ use std::os::raw::{c_char, c_int, c_void};
 use std::ptr;
 
 use redis_module::native_types::RedisType;
-use redis_module::raw;
+use redis_module::{raw, RedisString};
 
 use crate::args::MAX_TOKEN_LEN;
 use crate::clock;
@@ -68,11 +68,10 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
         return ptr::null_mut();
     };
     server_fences().observe(lock.fence());
-    if let Some((db, key)) = key_of(rdb) {
-        expiry::track_without_timer(db, &key, lock.deadline());
-    }
+    let lock = Box::new(lock);
+    expiry::track_without_timer(&lock);
     stats::lock_created();
-    Box::into_raw(Box::new(lock)).cast()
+    Box::into_raw(lock).cast()
 }
 
 /// Reads one lock; `None` for a short read or values no saved lock can have (a corrupt
@@ -86,7 +85,10 @@ fn load_lock(rdb: *mut raw::RedisModuleIO) -> Option<Lock> {
         return None;
     }
     let deadline = clock::now().to_mono(deadline);
-    Some(Lock::restored(token, deadline, fence))
+    // Redis 7.0 names the key for RDB files, replica syncs and RESTORE; without a name the
+    // lease still ends when the key is next touched, just not on its own.
+    let (db, key) = key_of(rdb).unwrap_or_default();
+    Some(Lock::restored(&key, db, token, deadline, fence))
 }
 
 /// The name and database of the key being loaded, which Redis 7.0 passes for RDB files,
@@ -137,6 +139,7 @@ unsafe extern "C" fn aof_rewrite(
 unsafe extern "C" fn free(value: *mut c_void) {
     // SAFETY: the value was created by this module with `Box<Lock>` and Redis frees it once.
     let mut lock = unsafe { Box::from_raw(value.cast::<Lock>()) };
+    expiry::forget(&lock);
     stats::lock_freed();
     if lock.waiter_count() > 0 {
         // The key was deleted under its waiters; they are served on the main thread.
@@ -151,14 +154,16 @@ unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
 
 unsafe extern "C" fn copy(
     _from: *mut raw::RedisModuleString,
-    _to: *mut raw::RedisModuleString,
+    to: *mut raw::RedisModuleString,
     value: *const c_void,
 ) -> *mut c_void {
-    // SAFETY: as in rdb_save. The copy's lease is tracked when the `copy_to` keyspace event
-    // names its key and database.
-    let lock = unsafe { &*value.cast::<Lock>() };
+    // SAFETY: as in rdb_save; `to` is the live name of the destination key. Its database
+    // comes with the `copy_to` keyspace event that follows.
+    let (lock, to) = unsafe { (&*value.cast::<Lock>(), RedisString::string_as_slice(to)) };
+    let copy = Box::new(lock.copied_to(to));
+    expiry::track_without_timer(&copy);
     stats::lock_created();
-    Box::into_raw(Box::new(lock.without_waiters())).cast()
+    Box::into_raw(copy).cast()
 }
 
 unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
