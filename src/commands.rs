@@ -7,10 +7,11 @@
 //! A replica or a replayed AOF so holds exactly what the master held, whatever its clock.
 
 use std::collections::VecDeque;
+use std::ffi::CStr;
 
 use redis_module::key::RedisKeyWritable;
 use redis_module::{
-    raw, Context, ContextFlags, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue,
+    raw, Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue,
 };
 
 use crate::args;
@@ -19,7 +20,7 @@ use crate::config;
 use crate::error::LockError;
 use crate::expiry::{self, LeaseEnd};
 use crate::fence::server_fences;
-use crate::keyspace::{key_in_db, replicate_state, selected_db, signal_modified};
+use crate::keyspace::{self, key_in_db, replicate_state, selected_db, signal_modified};
 use crate::lock::{Acquire, Grant, Lock, Vacated};
 use crate::persistence::LOCK_TYPE;
 use crate::stats;
@@ -83,14 +84,14 @@ enum Event {
 }
 
 impl Event {
-    fn name(self) -> &'static str {
+    fn name(self) -> &'static CStr {
         match self {
-            Event::Acquired => "lock.acquired",
-            Event::Extended => "lock.extended",
-            Event::Fenced => "lock.fenced",
-            Event::Granted => "lock.granted",
-            Event::Released => "lock.released",
-            Event::Expired => "lock.expired",
+            Event::Acquired => c"lock.acquired",
+            Event::Extended => c"lock.extended",
+            Event::Fenced => c"lock.fenced",
+            Event::Granted => c"lock.granted",
+            Event::Released => c"lock.released",
+            Event::Expired => c"lock.expired",
         }
     }
 
@@ -108,7 +109,7 @@ impl Event {
 
 fn record(ctx: &Context, event: Event, key: &RedisString) {
     event.counter().bump();
-    ctx.notify_keyspace_event(NotifyEvent::MODULE, event.name(), key);
+    keyspace::notify(ctx, event.name(), key);
 }
 
 /// After `lock` at `key` changed (its deadline was `old`, or it is new): index the new
@@ -169,7 +170,7 @@ fn vacated(
             // Out of the index first: the free callback looks for the current deadline.
             expiry::track(ctx, lock, Some(old), None, now);
             if key.delete().is_ok() {
-                ctx.replicate("DEL", &[name]);
+                keyspace::replicate_del(ctx, name);
                 signal_modified(ctx, name);
             }
         }

@@ -2,7 +2,8 @@
 //! selected, selecting one from a callback, telling `WATCH` a key changed, and propagating
 //! a lock's state without building Rust strings for it.
 
-use std::os::raw::{c_char, c_longlong};
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int, c_longlong};
 
 use redis_module::{raw, Context, RedisString};
 
@@ -47,6 +48,29 @@ pub fn replicate_state(ctx: &Context, key: &RedisString, token: &[u8], deadline:
             token.len(),
             deadline as c_longlong,
             fence as c_longlong,
+        );
+    }
+}
+
+/// Propagates `DEL key`.
+pub fn replicate_del(ctx: &Context, key: &RedisString) {
+    // SAFETY: the format "s" matches the one RedisModuleString argument.
+    unsafe {
+        raw::RedisModule_Replicate.unwrap()(ctx.ctx, c"DEL".as_ptr(), c"s".as_ptr(), key.inner);
+    }
+}
+
+/// A keyspace event of the module class. The crate's wrapper allocates a C string for the
+/// event name on every call; these names are static.
+pub fn notify(ctx: &Context, event: &CStr, key: &RedisString) {
+    // SAFETY: ctx.ctx and key.inner are live; `event` is NUL-terminated and outlives the
+    // call (Redis copies what it publishes).
+    unsafe {
+        raw::RedisModule_NotifyKeyspaceEvent.unwrap()(
+            ctx.ctx,
+            raw::NotifyEvent::MODULE.bits() as c_int,
+            event.as_ptr(),
+            key.inner,
         );
     }
 }
