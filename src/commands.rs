@@ -10,9 +10,7 @@ use std::collections::VecDeque;
 use std::ffi::CStr;
 
 use redis_module::key::RedisKeyWritable;
-use redis_module::{
-    raw, Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue,
-};
+use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
 use crate::args;
 use crate::clock::{self, Now};

@@ -24,7 +24,7 @@ mod stats;
 mod waiters;
 
 use redis_module::configuration::ConfigurationFlags;
-use redis_module::{redis_module, Context, ModuleOptions, RedisString, Status};
+use redis_module::{redis_module, AclCategory, Context, ModuleOptions, RedisString, Status};
 
 use crate::persistence::LOCK_TYPE;
 
@@ -60,14 +60,17 @@ redis_module! {
     version: 1,
     allocator: (Allocator, ALLOCATOR),
     data_types: [LOCK_TYPE],
+    // A `lock` ACL category where the server supports module categories (7.4 and later);
+    // older servers log that they do not and load the module all the same.
+    acl_categories: ["lock",],
     init: init,
     commands: [
-        ["lock.acquire", commands::acquire, "write deny-oom fast blocking", 1, 1, 1, ""],
-        ["lock.release", commands::release, "write deny-oom fast", 1, 1, 1, ""],
-        ["lock.extend", commands::extend, "write deny-oom fast", 1, 1, 1, ""],
-        ["lock.fence", commands::fence, "write deny-oom fast", 1, 1, 1, ""],
-        ["lock.info", commands::info, "readonly fast", 1, 1, 1, ""],
-        ["lock.apply", commands::apply, "write", 1, 1, 1, ""],
+        ["lock.acquire", commands::acquire, "write deny-oom fast blocking", 1, 1, 1, "", "lock"],
+        ["lock.release", commands::release, "write deny-oom fast", 1, 1, 1, "", "lock"],
+        ["lock.extend", commands::extend, "write deny-oom fast", 1, 1, 1, "", "lock"],
+        ["lock.fence", commands::fence, "write deny-oom fast", 1, 1, 1, "", "lock"],
+        ["lock.info", commands::info, "readonly fast", 1, 1, 1, "", "lock"],
+        ["lock.apply", commands::apply, "write", 1, 1, 1, "", "lock"],
     ],
     event_handlers: [
         [@GENERIC: events::on_keyspace_event],
