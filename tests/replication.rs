@@ -258,3 +258,25 @@ fn promoted_replica_continues_leases_and_fences() {
     );
     assert!(acquire(&mut rc, "k", "new", 1_000).unwrap() > n);
 }
+
+/// A release the master propagated removes the lock on the replica even when, by the
+/// replica's clock, the lease has already ended (the replica was busy when the release
+/// came): the replica must follow the master, or it would keep the key for ever.
+#[test]
+fn a_release_is_applied_on_a_replica_whose_clock_says_the_lease_ended() {
+    let (m, r) = pair();
+    let mut mc = m.conn();
+    let mut rc = r.conn();
+    acquire(&mut mc, "k", "tok", 400).unwrap();
+    sync(&mut mc);
+    // Stall the replica past the lease's end, and release on the master before it ends.
+    let mut stalled = r.conn();
+    let staller = std::thread::spawn(move || {
+        let _ = cmd!(&mut stalled, "DEBUG", "SLEEP", "1");
+    });
+    sleep(Duration::from_millis(100));
+    assert_eq!(release(&mut mc, "k", "tok"), 1);
+    staller.join().unwrap();
+    sync(&mut mc);
+    assert!(!exists(&mut rc, "k"), "the replica kept a released lock");
+}
