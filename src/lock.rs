@@ -15,9 +15,9 @@ use crate::fence::FenceIssuer;
 
 #[derive(Debug, PartialEq, Eq)]
 pub struct Lock {
-    /// The key's name, then the holder's token, in one allocation. The lock knows its key so
-    /// that the lease-end sweep can get from a deadline to the key.
-    names: Box<[u8]>,
+    /// The key's name, then the holder's token, inside the lock when they are short. The
+    /// lock knows its key so that the lease-end sweep can get from a deadline to the key.
+    names: Names,
     key_len: u32,
     db: i32,
     /// Monotonic microseconds at which the lease ends.
@@ -93,8 +93,37 @@ fn micros(ms: u64) -> u64 {
     ms.saturating_mul(1000)
 }
 
-fn joined(key: &[u8], token: &[u8]) -> Box<[u8]> {
-    [key, token].concat().into_boxed_slice()
+/// Up to this many bytes of key and token live in the lock itself: a key of 20 bytes and a
+/// UUID token fit, so a typical lock is one allocation of 96 bytes.
+const INLINE: usize = 62;
+
+/// A byte string stored inline when short, on the heap otherwise.
+#[derive(Debug, PartialEq, Eq)]
+enum Names {
+    Inline(u8, [u8; INLINE]),
+    Heap(Box<[u8]>),
+}
+
+impl std::ops::Deref for Names {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Names::Inline(len, buf) => &buf[..*len as usize],
+            Names::Heap(bytes) => bytes,
+        }
+    }
+}
+
+fn joined(key: &[u8], token: &[u8]) -> Names {
+    let len = key.len() + token.len();
+    if len > INLINE {
+        return Names::Heap([key, token].concat().into_boxed_slice());
+    }
+    let mut buf = [0; INLINE];
+    buf[..key.len()].copy_from_slice(key);
+    buf[key.len()..len].copy_from_slice(token);
+    Names::Inline(len as u8, buf)
 }
 
 impl Lock {
@@ -369,7 +398,11 @@ impl Lock {
                 + q.capacity() * std::mem::size_of::<Waiter>()
                 + q.iter().map(|w| w.token.len()).sum::<usize>()
         });
-        std::mem::size_of::<Lock>() + self.names.len() + queue
+        let names = match &self.names {
+            Names::Inline(..) => 0,
+            Names::Heap(bytes) => bytes.len(),
+        };
+        std::mem::size_of::<Lock>() + names + queue
     }
 }
 
@@ -654,5 +687,19 @@ mod tests {
             (copy.key(), copy.token(), copy.fence()),
             (&b"copy"[..], &b"longer-token"[..], lock.fence())
         );
+    }
+
+    #[test]
+    fn short_names_live_inline_and_long_ones_on_the_heap() {
+        let mut f = FenceIssuer::default();
+        let uuid = b"3f0c9a2e-8d1b-4c4e-9a57-1d2b3c4d5e6f";
+        let (short, _) = Lock::acquired(b"orders:12345678", 0, uuid, 10, at(0), &mut f);
+        assert!(matches!(short.names, Names::Inline(..)));
+        assert_eq!(std::mem::size_of::<Lock>(), 96);
+        let long_token = [7u8; 256];
+        let (long, _) = Lock::acquired(b"k", 0, &long_token, 10, at(0), &mut f);
+        assert!(matches!(long.names, Names::Heap(_)));
+        assert_eq!((long.key(), long.token()), (&b"k"[..], &long_token[..]));
+        assert_eq!(long.heap_size(), 96 + 257);
     }
 }
