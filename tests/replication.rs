@@ -267,12 +267,12 @@ fn a_release_is_applied_on_a_replica_whose_clock_says_the_lease_ended() {
     let (m, r) = pair();
     let mut mc = m.conn();
     let mut rc = r.conn();
-    acquire(&mut mc, "k", "tok", 400).unwrap();
+    acquire(&mut mc, "k", "tok", 1500).unwrap();
     sync(&mut mc);
     // Stall the replica past the lease's end, and release on the master before it ends.
     let mut stalled = r.conn();
     let staller = std::thread::spawn(move || {
-        let _ = cmd!(&mut stalled, "DEBUG", "SLEEP", "1");
+        let _ = cmd!(&mut stalled, "DEBUG", "SLEEP", "2.5");
     });
     sleep(Duration::from_millis(100));
     assert_eq!(release(&mut mc, "k", "tok"), 1);
