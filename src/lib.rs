@@ -1,11 +1,14 @@
 //! redis-lock: a Redis module that makes the distributed lock a native data type.
 //!
-//! - `lock.rs`: the lock as a pure state machine (holder, deadline, fence).
+//! - `lock.rs`: the lock as a pure state machine (holder, deadline, fence, queue).
 //! - `fence.rs`: how fences are issued so that they never go backwards.
 //! - `args.rs`, `error.rs`: argument parsing and the error replies.
 //! - `commands.rs`: the `LOCK.*` commands over the state machine.
+//! - `waiters.rs`: clients blocked in `LOCK.ACQUIRE … WAIT`.
 //! - `persistence.rs`: the data type's RDB, AOF and memory callbacks.
-//! - `expiry.rs`: lease ends, from one index, one timer and the cron backstop.
+//! - `expiry.rs`: lease and wait deadlines, from one index, one timer and the cron backstop.
+//! - `keyspace.rs`: keyspace and propagation calls the crate has no safe wrapper for.
+//! - `command_info.rs`, `stats.rs`: `COMMAND INFO`/`DOCS`, and `INFO lock`.
 //! - `events.rs`, `config.rs`, `clock.rs`: server events, configuration, the two clocks.
 
 mod args;
