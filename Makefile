@@ -4,7 +4,7 @@
 MODULE := target/release/libredis_lock.so
 PORT   ?= 6390
 
-.PHONY: all build run test unit check bench clean deps
+.PHONY: all build run test test-matrix unit check bench clean deps
 
 all: build
 
@@ -34,6 +34,11 @@ test: build
 # Module against the Lua way and plain native commands, in one run; writes bench-results.json.
 bench: build
 	cargo bench --bench bench
+
+# Integration tests against each server: Redis 7.0 (system), Valkey 8.1/9.1 and Redis 8.2
+# (PyPI wheels in venvs under target/matrix/). SERVERS="valkey-9.1" runs only some.
+test-matrix: build
+	bash scripts/test-matrix.sh $(SERVERS)
 
 unit:
 	cargo test --release --lib

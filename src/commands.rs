@@ -143,13 +143,40 @@ fn deliver(
     }
 }
 
-/// Brings `lock` up to `now` before a command acts on it: a lease that ended with clients
-/// waiting goes to the head of the queue first, so no command slips in ahead of them.
-fn settle(ctx: &Context, key: &RedisString, lock: &mut Lock, now: Now) {
+/// Ends `lock`'s lease if it is due, exactly as the sweep would: counted and announced, then
+/// granted to the head of the queue or the key removed. True if it ended.
+fn end_if_due(
+    ctx: &Context,
+    key: &RedisKeyWritable,
+    name: &RedisString,
+    lock: &mut Lock,
+    now: Now,
+) -> bool {
     let old = lock.deadline();
-    if let Some(grant) = lock.settle(now, &mut server_fences()) {
-        deliver(ctx, key, lock, grant, Some(old), now);
+    let Some(v) = lock.end_lease(now, &mut server_fences()) else {
+        return false;
+    };
+    record(ctx, Event::Expired, name);
+    vacated(ctx, key, name, lock, v, old, now, Removal::Del);
+    true
+}
+
+/// The lock at `key` as of `now`, for a command about to act on it. A lease that ended
+/// before the sweep came to it is ended first, so that no command slips in ahead of the
+/// queue and every lease end is counted once.
+fn current_lock<'k>(
+    ctx: &Context,
+    key: &'k RedisKeyWritable,
+    name: &RedisString,
+    now: Now,
+) -> Result<Option<&'k mut Lock>, LockError> {
+    let Some(lock) = lock_at(key)? else {
+        return Ok(None);
+    };
+    if end_if_due(ctx, key, name, lock, now) {
+        return lock_at(key); // granted to a waiter, or gone
     }
+    Ok(Some(lock))
 }
 
 /// How a lock's removal reaches replicas and the AOF.
@@ -207,7 +234,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     adopt_orphans(ctx);
     let now = clock::now();
     let key = ctx.open_key_writable(call.key);
-    let Some(lock) = lock_at(&key)? else {
+    let Some(lock) = current_lock(ctx, &key, call.key, now)? else {
         let db = selected_db(ctx);
         let (lock, fence) = Lock::acquired(
             call.key.as_slice(),
@@ -221,7 +248,6 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         changed(ctx, call.key, lock, None, now, Event::Acquired);
         return Ok(RedisValue::Integer(fence as i64));
     };
-    settle(ctx, call.key, lock, now);
     // Inside MULTI or a script, WAIT does not block: the reply is as without it.
     let wait_as = match a.wait {
         Some(timeout) if lock.must_wait(a.token, now) && may_block(ctx) => {
@@ -259,15 +285,12 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     adopt_orphans(ctx);
     let now = clock::now();
     let key = ctx.open_key_writable(call.key);
-    let Some(lock) = lock_at(&key)? else {
-        return Ok(RedisValue::Integer(0));
-    };
     if from_master_or_aof(ctx) {
         // A release the master propagated: it succeeded there, and this server's clock
         // (a replica's, or a restart's) must not overrule it. Nobody waits here.
-        if lock.token() != token {
+        let Some(lock) = lock_at(&key)?.filter(|l| l.token() == token) else {
             return Ok(RedisValue::Integer(0));
-        }
+        };
         let old = lock.deadline();
         vacated(
             ctx,
@@ -281,7 +304,9 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         );
         return Ok(RedisValue::Integer(1));
     }
-    settle(ctx, call.key, lock, now);
+    let Some(lock) = current_lock(ctx, &key, call.key, now)? else {
+        return Ok(RedisValue::Integer(0));
+    };
     let old = lock.deadline();
     let Some(v) = lock.release(token, now, &mut server_fences()) else {
         return Ok(RedisValue::Integer(0));
@@ -298,10 +323,9 @@ pub fn extend(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     adopt_orphans(ctx);
     let now = clock::now();
     let key = ctx.open_key_writable(call.key);
-    let Some(lock) = lock_at(&key)? else {
+    let Some(lock) = current_lock(ctx, &key, call.key, now)? else {
         return Ok(RedisValue::Integer(0));
     };
-    settle(ctx, call.key, lock, now);
     let old = lock.deadline();
     if !lock.extend(token, ttl, now) {
         return Ok(RedisValue::Integer(0));
@@ -317,10 +341,9 @@ pub fn fence(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     adopt_orphans(ctx);
     let now = clock::now();
     let key = ctx.open_key_writable(call.key);
-    let Some(lock) = lock_at(&key)? else {
+    let Some(lock) = current_lock(ctx, &key, call.key, now)? else {
         return Ok(RedisValue::Null);
     };
-    settle(ctx, call.key, lock, now);
     let old = lock.deadline();
     match lock.new_fence(token, now, &mut server_fences()) {
         Some(fence) => {
@@ -415,15 +438,8 @@ pub fn end_lease(ctx: &Context, name: &RedisString, lock_at_address: usize, now:
     {
         return LeaseEnd::Deferred;
     }
-    let old = lock.deadline();
-    match lock.end_lease(now, &mut server_fences()) {
-        Some(v) => {
-            record(ctx, Event::Expired, name);
-            vacated(ctx, &key, name, lock, v, old, now, Removal::Del);
-            LeaseEnd::Ended
-        }
-        None => LeaseEnd::Stale,
-    }
+    end_if_due(ctx, &key, name, lock, now);
+    LeaseEnd::Ended
 }
 
 /// The sweep found waiter `id`'s wait deadline due: it leaves the queue and gets null.
@@ -489,7 +505,7 @@ pub fn adopt_orphans(ctx: &Context) {
         match lock_at(&key) {
             Ok(Some(lock)) => {
                 lock.append_waiters(queue);
-                settle(ctx, &name, lock, now);
+                end_if_due(ctx, &key, &name, lock, now);
             }
             Ok(None) => {
                 let granted = Lock::granted_to_queue(

@@ -254,16 +254,6 @@ impl Lock {
         self.waiters.take().map(|q| *q).unwrap_or_default()
     }
 
-    /// Brings the lock up to `now`: if the lease has ended and clients wait, the head of the
-    /// queue holds the lock from now on. Every operation starts with this, so that nobody
-    /// slips in between a lease's end and the sweep that notices it.
-    pub fn settle(&mut self, now: Now, fences: &mut FenceIssuer) -> Option<Grant> {
-        if self.is_held(now) {
-            return None;
-        }
-        self.grant_next(now, fences)
-    }
-
     fn grant_next(&mut self, now: Now, fences: &mut FenceIssuer) -> Option<Grant> {
         let queue = self.waiters.as_mut()?;
         let head = queue.pop_front()?;
@@ -289,7 +279,8 @@ impl Lock {
     }
 
     /// `LOCK.ACQUIRE`. With `wait_as`, a caller that finds the lock held joins the queue
-    /// under that id instead of being turned away. Call [`Lock::settle`] first.
+    /// under that id instead of being turned away. End a due lease first
+    /// ([`Lock::end_lease`]), so that nobody slips in ahead of the queue.
     pub fn acquire(
         &mut self,
         token: &[u8],
@@ -311,7 +302,7 @@ impl Lock {
                 .push_back(Waiter::new(id, token, ttl));
             return Acquire::Queued;
         }
-        // Free, and (settled) nobody waits.
+        // Free, and (its lease ended first) nobody waits.
         self.fence = fences.issue(self.fence, now.wall);
         self.set_token(token);
         self.deadline = now.mono + micros(ttl);
@@ -590,7 +581,9 @@ mod tests {
         let (mut lock, _) = fresh(b"a", 10, at(0), &mut f);
         queued(&mut lock, 7, at(1), &mut f);
         // The lease ended but no sweep ran yet: a newcomer must not get in ahead.
-        let grant = lock.settle(at(20), &mut f).unwrap();
+        let Some(Vacated::Granted(grant)) = lock.end_lease(at(20), &mut f) else {
+            panic!()
+        };
         assert_eq!(grant.id, 7);
         assert_eq!(
             lock.acquire(b"new", 10, None, at(20), &mut f),
@@ -617,7 +610,7 @@ mod tests {
         queued(&mut lock, 2, at(1), &mut f);
         assert!(lock.remove_waiter(1));
         assert!(!lock.remove_waiter(1));
-        assert_eq!(lock.settle(at(10), &mut f).map(|g| g.id), Some(2));
+        assert!(matches!(lock.end_lease(at(10), &mut f), Some(Vacated::Granted(g)) if g.id == 2));
     }
 
     #[test]
@@ -626,7 +619,9 @@ mod tests {
         let (mut lock, _) = fresh(b"a", 10, at(0), &mut f);
         queued(&mut lock, 1, at(1), &mut f);
         queued(&mut lock, 2, at(1), &mut f);
-        let g1 = lock.settle(at(10), &mut f).unwrap();
+        let Some(Vacated::Granted(g1)) = lock.end_lease(at(10), &mut f) else {
+            panic!()
+        };
         let Some(Vacated::Granted(g2)) = lock.withdraw(g1.fence, at(11), &mut f) else {
             panic!()
         };
