@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs what building and testing the module needs and is missing: redis-server and
-# redis-cli (the tests run a real server) and libclang (bindgen, used by the redis-module
-# crate at build time). Installs through apt-get when it can; otherwise says what to install.
+# redis-cli (the tests run a real server), libclang (bindgen, used by the redis-module crate
+# at build time) and a C compiler (the clock-step tests build an LD_PRELOAD library). Installs through apt-get when it can; otherwise says what to install.
 set -euo pipefail
 
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+# The clock-step tests compile a small LD_PRELOAD library of their own.
+command -v cc >/dev/null 2>&1 || missing+=(gcc)
 if ! ls /usr/lib/llvm-*/lib/libclang.so /usr/lib/*/libclang.so >/dev/null 2>&1; then
   missing+=(libclang-dev)
 fi
@@ -24,5 +26,5 @@ fi
 
 echo "ensure-deps: missing ${missing[*]}." >&2
 echo "  On Debian or Ubuntu: sudo apt-get install ${missing[*]}" >&2
-echo "  Elsewhere: install redis-server (7.0 or later) and libclang for your system." >&2
+echo "  Elsewhere: install redis-server (7.0 or later), libclang and a C compiler for your system." >&2
 exit 1

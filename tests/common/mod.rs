@@ -703,3 +703,45 @@ pub fn assert_same_lock(
 pub fn token() -> String {
     uuid::Uuid::new_v4().to_string()
 }
+
+// ---------------------------------------------------------------------------------------
+// Added for issue 6 (clock steps and crashes: tests/clock_steps.rs, tests/crash.rs).
+// Starting a server with extra environment variables (LD_PRELOAD of the wall-clock shifter
+// and its control file). `start_again()`/`restart()` of such a server do NOT re-apply them.
+
+/// Like [`Server::start`], with `env` added to the server's environment.
+pub fn start_with_env(opts: Opts, env: &[(String, String)]) -> Server {
+    let module = module_path();
+    for attempt in 0..5 {
+        let port = next_port();
+        let dir = fresh_dir(port);
+        let mut s = Server {
+            port,
+            dir,
+            opts: opts.clone(),
+            child: None,
+        };
+        let child = Command::new(redis_server_bin())
+            .args(s.args(&module))
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", redis_server_bin()));
+        s.child = Some(child);
+        match s.wait_ready() {
+            Ok(()) => return s,
+            Err(msg) => {
+                let log = s.log_tail(40);
+                if attempt < 4 && log.contains("Address already in use") {
+                    s.kill9();
+                    continue;
+                }
+                panic!("redis-server did not start (env {env:?}): {msg}\n--- log tail ---\n{log}");
+            }
+        }
+    }
+    unreachable!()
+}
+// ----------------------------------------------------------------- end of issue 6 block
