@@ -6,7 +6,6 @@
 //! fence` with the absolute Unix-millisecond deadline, and `DEL key` when a lock goes away.
 //! A replica or a replayed AOF so holds exactly what the master held, whatever its clock.
 
-use std::collections::VecDeque;
 use std::ffi::CStr;
 
 use redis_module::key::RedisKeyWritable;
@@ -231,7 +230,7 @@ fn may_block(ctx: &Context) -> bool {
 pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let call = Call::split(&args)?;
     let a = args::acquire(call.rest(), config::max_ttl())?;
-    adopt_orphans(ctx);
+    wake_orphans();
     let now = clock::now();
     let key = ctx.open_key_writable(call.key);
     let Some(lock) = current_lock(ctx, &key, call.key, now)? else {
@@ -282,7 +281,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let call = Call::split(&args)?;
     let token = args::token_only(call.rest())?;
-    adopt_orphans(ctx);
+    wake_orphans();
     let now = clock::now();
     let key = ctx.open_key_writable(call.key);
     if from_master_or_aof(ctx) {
@@ -320,7 +319,7 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 pub fn extend(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let call = Call::split(&args)?;
     let (token, ttl) = args::extend(call.rest(), config::max_ttl())?;
-    adopt_orphans(ctx);
+    wake_orphans();
     let now = clock::now();
     let key = ctx.open_key_writable(call.key);
     let Some(lock) = current_lock(ctx, &key, call.key, now)? else {
@@ -338,7 +337,7 @@ pub fn extend(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 pub fn fence(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let call = Call::split(&args)?;
     let token = args::token_only(call.rest())?;
-    adopt_orphans(ctx);
+    wake_orphans();
     let now = clock::now();
     let key = ctx.open_key_writable(call.key);
     let Some(lock) = current_lock(ctx, &key, call.key, now)? else {
@@ -481,52 +480,15 @@ pub fn waiter_gone(ctx: &Context, gone: Gone) {
     }
 }
 
-/// Serves the waiters of keys deleted under them: each such key is granted to the head of
-/// its queue as a fresh lock, with a fence above the deleted key's last one. If the key was
-/// taken meanwhile, the queue waits behind that lock; if it now holds another type, they
-/// get null.
-pub fn adopt_orphans(ctx: &Context) {
-    if !waiters::has_orphans() {
-        return;
-    }
-    let now = clock::now();
-    for (queue, last_fence) in waiters::take_orphans() {
-        let queue: VecDeque<_> = queue
-            .into_iter()
-            .filter(|w| waiters::key_of(w.id).is_some())
-            .collect();
-        let Some((db, key_name)) = queue.front().and_then(|w| waiters::key_of(w.id)) else {
-            continue;
-        };
-        let Some(name) = key_in_db(ctx, db, &key_name) else {
-            continue;
-        };
-        let key = ctx.open_key_writable(&name);
-        match lock_at(&key) {
-            Ok(Some(lock)) => {
-                lock.append_waiters(queue);
-                end_if_due(ctx, &key, &name, lock, now);
-            }
-            Ok(None) => {
-                let granted = Lock::granted_to_queue(
-                    &key_name,
-                    db,
-                    queue,
-                    last_fence,
-                    now,
-                    &mut server_fences(),
-                );
-                if let Some((lock, grant)) = granted {
-                    if let Ok(lock) = store(&key, lock) {
-                        deliver(ctx, &name, lock, grant, None, now);
-                    }
-                }
-            }
-            Err(_) => {
-                for w in queue {
-                    waiters::wake(w.id, Outcome::TimedOut);
-                }
-            }
+/// Answers the waiters of locks that were deleted under them with null, at once. They are
+/// not granted the key: a deletion may be the source side of a `MIGRATE` or a slot handed to
+/// another node, where the lock lives on, and Redis 7.0 tells a module nothing that would set
+/// a move apart from a `DEL`. A waiter that retries gets the key if it is free here, or is
+/// redirected to where it went.
+pub fn wake_orphans() {
+    for id in waiters::take_orphans() {
+        if let Some(deadline) = waiters::wake(id, Outcome::TimedOut) {
+            expiry::untrack_wait(id, deadline);
         }
     }
 }

@@ -32,7 +32,7 @@ fn on_cron(ctx: &Context, _hz: u64) {
     expiry::on_cron(ctx);
 }
 
-/// A flush freed locks that clients waited on: serve them on the next turn.
+/// A flush freed locks that clients waited on: answer them on the next turn.
 #[flush_event_handler]
 fn on_flush(ctx: &Context, subevent: FlushSubevent) {
     if subevent == FlushSubevent::Ended && waiters::has_orphans() {
@@ -56,7 +56,7 @@ unsafe extern "C" fn on_swapdb(
 /// keeps its own, for the lease-end sweep to find it by.
 pub fn on_keyspace_event(ctx: &Context, _: NotifyEvent, event: &str, key: &[u8]) {
     if event == "del" && waiters::has_orphans() {
-        // A deleted lock had waiters; the keyspace may not be written from here.
+        // A deleted lock had waiters; they are answered from the event loop, not from here.
         expiry::wake_soon(ctx);
         return;
     }

@@ -237,7 +237,7 @@ pub fn on_cron(ctx: &Context) {
 
 /// Ends every lease that is due, in deadline order, times out due waits, and re-arms.
 pub fn sweep(ctx: &Context) {
-    crate::commands::adopt_orphans(ctx);
+    crate::commands::wake_orphans();
     let now = clock::now();
     for _ in 0..SWEEP_BATCH {
         let Some(id) = driver().index.pop_due_wait(now.mono) else {

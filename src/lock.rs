@@ -152,23 +152,6 @@ impl Lock {
         (lock, fence)
     }
 
-    /// A fresh key granted to the first of `queue` (waiters of a key that was deleted under
-    /// them), its fence above `last_fence`. The rest of the queue keeps its order.
-    pub fn granted_to_queue(
-        key: &[u8],
-        db: i32,
-        mut queue: VecDeque<Waiter>,
-        last_fence: u64,
-        now: Now,
-        fences: &mut FenceIssuer,
-    ) -> Option<(Lock, Grant)> {
-        let head = queue.pop_front()?;
-        let fence = fences.issue(last_fence, now.wall);
-        let mut lock = Lock::new(key, db, &head.token, now.mono + micros(head.ttl), fence);
-        lock.waiters = (!queue.is_empty()).then(|| Box::new(queue));
-        Some((lock, Grant { id: head.id, fence }))
-    }
-
     /// A lock as persisted or replicated; `deadline` is already on the monotonic clock.
     /// Waiters are not persisted: they are connections to this server.
     pub fn restored(key: &[u8], db: i32, token: &[u8], deadline: u64, fence: u64) -> Lock {
@@ -238,15 +221,6 @@ impl Lock {
     /// True if `token` would have to wait: another token holds the lock.
     pub fn must_wait(&self, token: &[u8], now: Now) -> bool {
         self.is_held(now) && self.token() != token
-    }
-
-    /// Puts the waiters of a deleted key behind the ones of this lock, in their order.
-    pub fn append_waiters(&mut self, queue: VecDeque<Waiter>) {
-        if !queue.is_empty() {
-            self.waiters
-                .get_or_insert_with(Default::default)
-                .extend(queue);
-        }
     }
 
     /// Takes the whole queue (the key is going away under it).
@@ -630,21 +604,6 @@ mod tests {
         // A stale withdrawal (the lock moved on) changes nothing.
         assert_eq!(lock.withdraw(g1.fence, at(12), &mut f), None);
         assert_eq!(lock.withdraw(g2.fence, at(13), &mut f), Some(Vacated::Free));
-    }
-
-    #[test]
-    fn a_deleted_key_is_granted_to_its_queue() {
-        let mut f = FenceIssuer::default();
-        let (mut lock, fence) = fresh(b"a", 10, at(0), &mut f);
-        queued(&mut lock, 1, at(1), &mut f);
-        queued(&mut lock, 2, at(1), &mut f);
-        let queue = lock.take_waiters();
-        let (lock, grant) = Lock::granted_to_queue(b"key", 0, queue, fence, at(2), &mut f).unwrap();
-        assert_eq!(grant.id, 1);
-        assert!(grant.fence > fence);
-        assert_eq!(lock.info(at(2)).holder, Some(&b"w1"[..]));
-        assert_eq!(lock.waiter_count(), 1);
-        assert!(Lock::granted_to_queue(b"key", 0, VecDeque::new(), 0, at(2), &mut f).is_none());
     }
 
     #[test]

@@ -142,8 +142,8 @@ unsafe extern "C" fn free(value: *mut c_void) {
     expiry::forget(&lock);
     stats::lock_freed();
     if lock.waiter_count() > 0 {
-        // The key was deleted under its waiters; they are served on the main thread.
-        waiters::orphan(lock.take_waiters(), lock.fence());
+        // The key was deleted under its waiters; they are answered on the main thread.
+        waiters::orphan(lock.take_waiters().into_iter().map(|w| w.id));
     }
 }
 

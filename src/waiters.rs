@@ -11,14 +11,11 @@
 //! in the expiry index next to lease deadlines, on the monotonic clock.
 
 use std::collections::HashMap;
-use std::collections::VecDeque;
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use redis_module::{raw, Context};
-
-use crate::lock::Waiter;
 
 /// Why a blocked client is woken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,18 +170,18 @@ unsafe extern "C" fn on_disconnect(
     crate::commands::waiter_gone(&Context::new(ctx), gone);
 }
 
-/// Queues of keys that were deleted (`DEL`, `FLUSHALL`, an overwrite) while clients waited,
-/// with the key's last fence. The free callback, which may run on a background thread and
-/// may not touch the keyspace, leaves them here; the main thread hands each key to its
-/// queue on its next turn (`commands::adopt_orphans`).
-static ORPHANS: Mutex<Vec<(VecDeque<Waiter>, u64)>> = Mutex::new(Vec::new());
+/// Waiters of locks that were deleted (`DEL`, `FLUSHALL`, `MIGRATE`, an overwrite). The
+/// free callback, which may run on a background thread and may not touch the keyspace or
+/// reply, leaves their ids here; the main thread answers them on its next turn
+/// (`commands::wake_orphans`).
+static ORPHANS: Mutex<Vec<u64>> = Mutex::new(Vec::new());
 static HAS_ORPHANS: AtomicBool = AtomicBool::new(false);
 
-pub fn orphan(queue: VecDeque<Waiter>, last_fence: u64) {
+pub fn orphan(ids: impl Iterator<Item = u64>) {
     ORPHANS
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .push((queue, last_fence));
+        .extend(ids);
     HAS_ORPHANS.store(true, Ordering::Release);
 }
 
@@ -192,7 +189,7 @@ pub fn has_orphans() -> bool {
     HAS_ORPHANS.load(Ordering::Acquire)
 }
 
-pub fn take_orphans() -> Vec<(VecDeque<Waiter>, u64)> {
+pub fn take_orphans() -> Vec<u64> {
     if !HAS_ORPHANS.swap(false, Ordering::AcqRel) {
         return Vec::new();
     }
