@@ -137,7 +137,7 @@ fn deliver(
     now: Now,
 ) {
     changed(ctx, key, lock, old, now, Event::Granted);
-    if let Some(wait_deadline) = waiters::wake(grant.id, Outcome::Granted(grant.fence)) {
+    if let Some(Some(wait_deadline)) = waiters::wake(grant.id, Outcome::Granted(grant.fence)) {
         expiry::untrack_wait(grant.id, wait_deadline);
     }
 }
@@ -441,18 +441,37 @@ pub fn end_lease(ctx: &Context, name: &RedisString, lock_at_address: usize, now:
     LeaseEnd::Ended
 }
 
-/// The sweep found waiter `id`'s wait deadline due: it leaves the queue and gets null.
-pub fn wait_timed_out(ctx: &Context, id: u64) {
+/// Takes waiter `id` out of its lock's queue and wakes it with `outcome`; false if it was
+/// not waiting any more (granted or gone).
+fn dequeue(ctx: &Context, id: u64, outcome: Outcome) -> bool {
     let Some((db, key)) = waiters::key_of(id) else {
-        return; // granted or gone already
+        return false;
     };
     if let Some(name) = key_in_db(ctx, db, &key) {
         if let Ok(Some(lock)) = lock_at(&ctx.open_key_writable(&name)) {
             lock.remove_waiter(id);
         }
     }
-    if waiters::wake(id, Outcome::TimedOut).is_some() {
+    match waiters::wake(id, outcome) {
+        Some(Some(deadline)) => expiry::untrack_wait(id, deadline),
+        Some(None) => {}
+        None => return false,
+    }
+    true
+}
+
+/// The sweep found waiter `id`'s wait deadline due: it leaves the queue and gets null.
+pub fn wait_timed_out(ctx: &Context, id: u64) {
+    if dequeue(ctx, id, Outcome::TimedOut) {
         stats::WAIT_TIMEOUTS.bump();
+    }
+}
+
+/// This server became a replica: nobody can be granted a lock here any more. Redis 7.0
+/// unblocks blocked clients itself then; Valkey 9 leaves a module's to the module.
+pub fn unblock_all_waiters(ctx: &Context) {
+    for id in waiters::waiting() {
+        dequeue(ctx, id, Outcome::Demoted);
     }
 }
 
@@ -487,7 +506,7 @@ pub fn waiter_gone(ctx: &Context, gone: Gone) {
 /// redirected to where it went.
 pub fn wake_orphans() {
     for id in waiters::take_orphans() {
-        if let Some(deadline) = waiters::wake(id, Outcome::TimedOut) {
+        if let Some(Some(deadline)) = waiters::wake(id, Outcome::TimedOut) {
             expiry::untrack_wait(id, deadline);
         }
     }

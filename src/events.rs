@@ -4,9 +4,9 @@
 
 use std::os::raw::c_void;
 
-use redis_module::server_events::FlushSubevent;
+use redis_module::server_events::{FlushSubevent, ServerRole};
 use redis_module::{raw, Context, NotifyEvent};
-use redis_module_macros::{cron_event_handler, flush_event_handler};
+use redis_module_macros::{cron_event_handler, flush_event_handler, role_changed_event_handler};
 
 use crate::expiry;
 use crate::lock::Lock;
@@ -30,6 +30,15 @@ pub fn subscribe(ctx: &Context) -> Result<(), &'static str> {
 #[cron_event_handler]
 fn on_cron(ctx: &Context, _hz: u64) {
     expiry::on_cron(ctx);
+}
+
+/// A master that becomes a replica answers its waiters, as Redis does for its own blocked
+/// clients: none of them can be granted a lock here any more.
+#[role_changed_event_handler]
+fn on_role_change(ctx: &Context, role: ServerRole) {
+    if role == ServerRole::Replica {
+        crate::commands::unblock_all_waiters(ctx);
+    }
 }
 
 /// A flush freed locks that clients waited on: answer them on the next turn.

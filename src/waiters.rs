@@ -21,7 +21,10 @@ use redis_module::{raw, Context};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     Granted(u64),
+    /// The wait timed out, or the key was deleted under it: null.
     TimedOut,
+    /// The server became a replica: the error Redis itself gives blocked clients then.
+    Demoted,
 }
 
 /// What is known of a waiter that left without being served.
@@ -91,9 +94,10 @@ pub fn key_of(id: u64) -> Option<(i32, Box<[u8]>)> {
     })
 }
 
-/// Wakes waiter `id` with `outcome`; its reply goes out on the next event-loop turn. Returns
-/// the wait deadline it had, for the caller to drop from the index.
-pub fn wake(id: u64, outcome: Outcome) -> Option<u64> {
+/// Wakes waiter `id` with `outcome`; its reply goes out on the next event-loop turn. `None`
+/// if it was not waiting (granted or gone); else the wait deadline it had, if any, for the
+/// caller to drop from the index.
+pub fn wake(id: u64, outcome: Outcome) -> Option<Option<u64>> {
     let deadline = with_pending(|p| {
         let w = p.get_mut(&id)?;
         if w.granted.is_some() {
@@ -104,7 +108,7 @@ pub fn wake(id: u64, outcome: Outcome) -> Option<u64> {
                 w.granted = Some(fence);
                 Some(w.wait_deadline)
             }
-            Outcome::TimedOut => p.remove(&id).map(|w| w.wait_deadline),
+            Outcome::TimedOut | Outcome::Demoted => p.remove(&id).map(|w| w.wait_deadline),
         }
     })?;
     let outcome = Box::into_raw(Box::new(outcome)).cast::<c_void>();
@@ -114,7 +118,7 @@ pub fn wake(id: u64, outcome: Outcome) -> Option<u64> {
     unsafe {
         raw::RedisModule_UnblockClient.unwrap()(handle(id), outcome);
     }
-    deadline
+    Some(deadline)
 }
 
 unsafe extern "C" fn on_reply(
@@ -134,6 +138,14 @@ unsafe extern "C" fn on_reply(
     match outcome {
         Outcome::Granted(fence) => raw::reply_with_long_long(ctx, fence as i64),
         Outcome::TimedOut => raw::reply_with_null(ctx),
+        Outcome::Demoted => {
+            raw::reply_with_error(
+                ctx,
+                c"UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)"
+                    .as_ptr(),
+            );
+            raw::Status::Ok
+        }
     };
     raw::REDISMODULE_OK as c_int
 }
@@ -194,6 +206,16 @@ pub fn take_orphans() -> Vec<u64> {
         return Vec::new();
     }
     std::mem::take(&mut *ORPHANS.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
+/// The ids of the clients waiting right now.
+pub fn waiting() -> Vec<u64> {
+    with_pending(|p| {
+        p.iter()
+            .filter(|(_, w)| w.granted.is_none())
+            .map(|(id, _)| *id)
+            .collect()
+    })
 }
 
 /// Clients waiting right now, for `INFO lock`.
