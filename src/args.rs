@@ -70,8 +70,9 @@ pub fn apply<'a>(args: &[&'a [u8]]) -> Result<ApplyArgs<'a>, LockError> {
     let token = token_arg(token).map_err(|_| LockError::BadApply("token"))?;
     let deadline_unix_ms = integer(deadline).ok_or(LockError::BadApply("deadline"))?;
     let fence = integer(fence)
-        .filter(|f| *f > 0)
-        .ok_or(LockError::BadApply("fence"))? as u64;
+        .map(|f| f as u64)
+        .filter(|f| crate::fence::is_valid(*f))
+        .ok_or(LockError::BadApply("fence"))?;
     Ok(ApplyArgs {
         token,
         deadline_unix_ms,

@@ -400,6 +400,9 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let call = Call::split(&args)?;
     let a = args::apply(call.rest())?;
     let now = clock::now();
+    if a.deadline_unix_ms > now.wall.saturating_add(config::MAX_TTL_LIMIT) {
+        return Err(LockError::BadApply("deadline").into());
+    }
     let deadline = now.to_mono(a.deadline_unix_ms);
     let key = ctx.open_key_writable(call.key);
     let (lock, old) = match lock_at(&key)? {

@@ -20,6 +20,17 @@ use std::sync::{Mutex, MutexGuard};
 
 pub const COUNTER_BITS: u32 = 10;
 
+/// The largest fence accepted from outside (RDB, `RESTORE`, replication, AOF). A fence near
+/// 2^63 would leave no room to issue larger ones before the signed 64-bit reply wrapped
+/// negative; the clock floor stays below 2^53 for two centuries, so no honest fence comes
+/// near this.
+pub const MAX_FENCE: u64 = 1 << 62;
+
+/// True for a fence this module could have issued.
+pub fn is_valid(fence: u64) -> bool {
+    (1..=MAX_FENCE).contains(&fence)
+}
+
 /// The server-wide high-water mark of fences.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FenceIssuer {
@@ -99,6 +110,15 @@ mod tests {
         // Restart from a snapshot that knew none of them, one millisecond later.
         let mut after = FenceIssuer::default();
         assert!(after.issue(0, T + 1) > last);
+    }
+
+    #[test]
+    fn only_fences_with_room_above_them_are_valid() {
+        assert!(!is_valid(0));
+        assert!(is_valid(1));
+        assert!(is_valid(MAX_FENCE));
+        assert!(!is_valid(MAX_FENCE + 1));
+        assert!(!is_valid(i64::MAX as u64));
     }
 
     #[test]

@@ -13,7 +13,9 @@ use redis_module::{raw, RedisString};
 
 use crate::args::MAX_TOKEN_LEN;
 use crate::clock;
+use crate::config;
 use crate::expiry;
+use crate::fence;
 use crate::fence::server_fences;
 use crate::lock::Lock;
 use crate::stats;
@@ -81,10 +83,18 @@ fn load_lock(rdb: *mut raw::RedisModuleIO) -> Option<Lock> {
     let deadline = raw::load_signed(rdb).ok()?;
     let fence = raw::load_unsigned(rdb).ok()?;
     let token = token.as_ref();
-    if token.is_empty() || token.len() > MAX_TOKEN_LEN || fence == 0 || fence > i64::MAX as u64 {
+    let now = clock::now();
+    // A lease longer than any command could grant is corrupt data, like a fence with no
+    // room above it.
+    let longest = now.wall.saturating_add(config::MAX_TTL_LIMIT);
+    if token.is_empty()
+        || token.len() > MAX_TOKEN_LEN
+        || !fence::is_valid(fence)
+        || deadline > longest
+    {
         return None;
     }
-    let deadline = clock::now().to_mono(deadline);
+    let deadline = now.to_mono(deadline);
     // Redis 7.0 names the key for RDB files, replica syncs and RESTORE; without a name the
     // lease still ends when the key is next touched, just not on its own.
     let (db, key) = key_of(rdb).unwrap_or_default();

@@ -1,0 +1,1042 @@
+//! A reference model of the SPEC, written here independently of `src/lock.rs`, driven side by
+//! side with a real server through thousands of seeded random operations: `LOCK.ACQUIRE`
+//! (with and without `WAIT`), `LOCK.RELEASE`, `LOCK.EXTEND`, `LOCK.FENCE`, `LOCK.INFO`, `DEL`,
+//! waiters that disconnect, time passing (short leases and short waits that run out),
+//! restarts (`appendonly yes`; waiters are connections and are dropped) and `DEBUG RELOAD`
+//! (locks survive; their waiters, like those of a deleted key, are answered null). Every
+//! reply is checked against the model, and so is the final state of every key.
+//!
+//! Timing never decides an outcome: long leases (10 min) never end during a run; a short
+//! lease or a short `WAIT` puts its key *pending*, no operation touches a pending key, and a
+//! `tick` sleeps until every pending deadline is well past (a generous slack) before the
+//! model applies them. The op sequence is a function of the seed and the model only.
+//!
+//! `MODEL_SEED=<n>` replays a run; `MODEL_OPS=<n>` changes its length.
+
+mod common;
+
+use std::collections::VecDeque;
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use common::{info_field, parse_info, run_raw, LockInfo, Opts, Server};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use redis::Value;
+
+const DEFAULT_SEED: u64 = 0x6d6f_6465_6c21;
+const DEFAULT_OPS: u64 = 3_000;
+
+const KEYS: [&str; 4] = ["m:a", "m:b", "m:c", "m:d"];
+const TOKENS: [&[u8]; 5] = [b"t0", b"t1", b"t2", b"t3", b"t\x00\xff binary"];
+/// A lease that never ends during a run.
+const LONG_TTL: u64 = 600_000;
+/// How long past a deadline the server has to act on it (lease end, wait timeout).
+const SLACK: Duration = Duration::from_millis(150);
+/// Tolerance on `ttl` beyond the measured send/receive window (rounding, wall-clock
+/// conversion across restarts).
+const TTL_SLACK_MS: i64 = 30;
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn show(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).escape_debug().to_string()
+}
+
+// ------------------------------------------------------------------------------- the model
+
+/// Bounds of a lease deadline as the test can know it: set by a command sent at `lo - ttl`
+/// and answered at `hi - ttl`.
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    lo: Instant,
+    hi: Instant,
+}
+
+impl Span {
+    fn after(from: Instant, to: Instant, ms: u64) -> Span {
+        let d = Duration::from_millis(ms);
+        Span {
+            lo: from + d,
+            hi: to + d,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct MLock {
+    holder: Vec<u8>,
+    fence: i64,
+    deadline: Span,
+    /// Waiter ids, first come first served.
+    queue: VecDeque<usize>,
+}
+
+#[derive(Debug)]
+enum Pending {
+    /// A short lease: it ends at its deadline.
+    LeaseEnd(Span),
+    /// A waiter with a short `WAIT` timeout: it leaves the queue with a null reply.
+    WaitTimeout { waiter: usize, at: Instant },
+}
+
+#[derive(Debug, Default)]
+struct MKey {
+    /// `None`: the key does not exist. A lock in the model is always held (its lease has not
+    /// ended); a lease end is applied as an event.
+    lock: Option<MLock>,
+    /// The last fence ever issued for this key, also after the key went away.
+    last_fence: Option<i64>,
+    pending: Option<Pending>,
+}
+
+#[derive(Debug)]
+struct MWaiter {
+    key: usize,
+    token: Vec<u8>,
+    ttl: u64,
+}
+
+/// What the SPEC says a `LOCK.ACQUIRE` gets.
+#[derive(Debug, PartialEq)]
+enum AcqExpect {
+    /// The key does not exist: a new fence above every fence the server issued.
+    Fresh,
+    /// Held by the same token: the lease renewed, the same fence.
+    Renew(i64),
+    /// Held by another token: null (without `WAIT`) or queued (with `WAIT`).
+    Busy,
+}
+
+#[derive(Default)]
+struct Model {
+    keys: Vec<MKey>,
+    waiters: Vec<Option<MWaiter>>,
+    /// The highest fence the server issued.
+    max_fence: i64,
+}
+
+impl Model {
+    fn new() -> Model {
+        Model {
+            keys: (0..KEYS.len()).map(|_| MKey::default()).collect(),
+            ..Model::default()
+        }
+    }
+
+    fn acquire(&self, k: usize, token: &[u8]) -> AcqExpect {
+        match &self.keys[k].lock {
+            None => AcqExpect::Fresh,
+            Some(l) if l.holder == token => AcqExpect::Renew(l.fence),
+            Some(_) => AcqExpect::Busy,
+        }
+    }
+
+    fn holds(&self, k: usize, token: &[u8]) -> bool {
+        self.keys[k]
+            .lock
+            .as_ref()
+            .is_some_and(|l| l.holder == token)
+    }
+
+    fn queued(&self, k: usize, token: &[u8]) -> bool {
+        self.keys[k].lock.as_ref().is_some_and(|l| {
+            l.queue
+                .iter()
+                .any(|&w| self.waiters[w].as_ref().unwrap().token == token)
+        })
+    }
+
+    fn waiter_count(&self) -> usize {
+        self.waiters.iter().flatten().count()
+    }
+
+    fn key_count(&self) -> usize {
+        self.keys.iter().filter(|k| k.lock.is_some()).count()
+    }
+
+    /// A new fence `f` for key `k`: checks it against the model and records it.
+    /// `fresh`: the key did not exist, so `f` must be above every fence the server issued.
+    fn new_fence(&mut self, k: usize, f: i64, fresh: bool) -> Result<(), String> {
+        if f <= 0 {
+            return Err(format!("fence {f} is not positive"));
+        }
+        if let Some(last) = self.keys[k].last_fence {
+            if f <= last {
+                return Err(format!(
+                    "new fence {f} not above the key's last fence {last}"
+                ));
+            }
+        }
+        if fresh && f <= self.max_fence {
+            return Err(format!(
+                "fresh key's fence {f} not above the server's highest fence {}",
+                self.max_fence
+            ));
+        }
+        self.keys[k].last_fence = Some(f);
+        self.max_fence = self.max_fence.max(f);
+        Ok(())
+    }
+
+    /// The holder of `k` left (release, lease end): the head waiter holds it now (its id is
+    /// returned; the caller reads its fence), or the key is removed.
+    fn vacate(&mut self, k: usize) -> Option<usize> {
+        let lock = self.keys[k].lock.as_mut().unwrap();
+        match lock.queue.pop_front() {
+            Some(w) => {
+                lock.holder = self.waiters[w].as_ref().unwrap().token.clone();
+                Some(w)
+            }
+            None => {
+                self.keys[k].lock = None;
+                None
+            }
+        }
+    }
+
+    fn remove_waiter(&mut self, w: usize) -> MWaiter {
+        let mw = self.waiters[w].take().unwrap();
+        if let Some(l) = self.keys[mw.key].lock.as_mut() {
+            l.queue.retain(|&x| x != w);
+        }
+        mw
+    }
+
+    /// What `LOCK.INFO` must show: holder, fence, waiters.
+    fn info(&self, k: usize) -> Option<(Vec<u8>, i64, usize, Span)> {
+        self.keys[k]
+            .lock
+            .as_ref()
+            .map(|l| (l.holder.clone(), l.fence, l.queue.len(), l.deadline))
+    }
+}
+
+// ------------------------------------------------------------------- raw waiter connections
+
+#[derive(Debug, PartialEq)]
+enum Reply {
+    Int(i64),
+    Null,
+    Error(String),
+    Other(String),
+    /// The server closed the connection.
+    Closed,
+}
+
+/// A client on its own socket, for `LOCK.ACQUIRE … WAIT` whose reply is read later.
+struct Sock {
+    s: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Sock {
+    fn connect(port: u16) -> Sock {
+        let s = TcpStream::connect(("127.0.0.1", port)).expect("connect waiter");
+        s.set_nodelay(true).ok();
+        Sock { s, buf: Vec::new() }
+    }
+
+    fn send(&mut self, args: &[&[u8]]) {
+        let mut req = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            req.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            req.extend_from_slice(a);
+            req.extend_from_slice(b"\r\n");
+        }
+        self.s.write_all(&req).expect("send to waiter socket");
+    }
+
+    /// One reply of the shapes `LOCK.ACQUIRE` gives, within `timeout`.
+    fn reply(&mut self, timeout: Duration) -> Option<Reply> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(r) = self.parse() {
+                return Some(r);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            self.s.set_read_timeout(Some(left)).unwrap();
+            let mut chunk = [0u8; 512];
+            match self.s.read(&mut chunk) {
+                Ok(0) => return Some(Reply::Closed),
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                Err(e) if e.kind() == ErrorKind::ConnectionReset => return Some(Reply::Closed),
+                Err(e) => panic!("waiter socket: {e}"),
+            }
+        }
+    }
+
+    fn parse(&mut self) -> Option<Reply> {
+        let end = self.buf.windows(2).position(|w| w == b"\r\n")?;
+        let line = String::from_utf8_lossy(&self.buf[1..end]).to_string();
+        let r = match self.buf[0] {
+            b':' => Reply::Int(line.parse().expect("integer reply")),
+            b'$' | b'*' if line == "-1" => Reply::Null,
+            b'_' => Reply::Null,
+            b'-' => Reply::Error(line),
+            _ => Reply::Other(String::from_utf8_lossy(&self.buf).to_string()),
+        };
+        self.buf.drain(..end + 2);
+        Some(r)
+    }
+
+    /// True if the server sent anything (a reply or a close) that was not read yet.
+    fn has_input(&mut self) -> bool {
+        if !self.buf.is_empty() {
+            return true;
+        }
+        self.s.set_nonblocking(true).unwrap();
+        let mut b = [0u8; 1];
+        let r = self.s.peek(&mut b);
+        self.s.set_nonblocking(false).unwrap();
+        r.is_ok()
+    }
+}
+
+// ------------------------------------------------------------------------------ the driver
+
+#[derive(Default, Debug)]
+struct Counts {
+    acquire: u64,
+    acquire_wait: u64,
+    blocked: u64,
+    release: u64,
+    extend: u64,
+    fence: u64,
+    info: u64,
+    del: u64,
+    disconnect: u64,
+    short_leases: u64,
+    short_waits: u64,
+    lease_ends: u64,
+    grants: u64,
+    wait_timeouts: u64,
+    ticks: u64,
+    restarts: u64,
+    reloads: u64,
+    sleeps: u64,
+    /// Waiters answered null because their key was deleted or reloaded.
+    answered_null: u64,
+    /// Time spent waiting for pending deadlines, and in restarts.
+    tick_wait_ms: u64,
+    restart_ms: u64,
+}
+
+struct Driver {
+    server: Server,
+    con: redis::Connection,
+    model: Model,
+    socks: Vec<Option<Sock>>,
+    rng: StdRng,
+    seed: u64,
+    log: Vec<String>,
+    counts: Counts,
+}
+
+macro_rules! ensure {
+    ($d:expr, $cond:expr, $($fmt:tt)+) => {
+        if !$cond {
+            $d.fail(&format!($($fmt)+));
+        }
+    };
+}
+
+impl Driver {
+    fn fail(&self, msg: &str) -> ! {
+        let from = self.log.len().saturating_sub(60);
+        let mut s = String::new();
+        for (i, l) in self.log.iter().enumerate().skip(from) {
+            s.push_str(&format!("  #{i} {l}\n"));
+        }
+        panic!(
+            "MODEL DISAGREES (MODEL_SEED={} op #{}): {msg}\n--- last ops ---\n{s}--- model ---\n{:#?}",
+            self.seed,
+            self.log.len(),
+            self.model.keys
+        );
+    }
+
+    fn note(&mut self, s: String) {
+        self.log.push(s);
+    }
+
+    fn call(&mut self, args: &[&[u8]]) -> (Value, Instant, Instant) {
+        let v: Vec<Vec<u8>> = args.iter().map(|a| a.to_vec()).collect();
+        let sent = Instant::now();
+        let r = run_raw(&mut self.con, &v);
+        let recv = Instant::now();
+        match r {
+            Ok(v) => (v, sent, recv),
+            Err(e) => {
+                let shown: Vec<String> = args.iter().map(|a| show(a)).collect();
+                self.fail(&format!("{shown:?} replied error {e}"))
+            }
+        }
+    }
+
+    fn int_or_null(&self, what: &str, v: &Value) -> Option<i64> {
+        match v {
+            Value::Int(i) => Some(*i),
+            Value::Nil => None,
+            other => self.fail(&format!("{what}: expected integer or null, got {other:?}")),
+        }
+    }
+
+    fn free_keys(&self) -> Vec<usize> {
+        (0..KEYS.len())
+            .filter(|&k| self.model.keys[k].pending.is_none())
+            .collect()
+    }
+
+    fn pick_token(&mut self, k: usize) -> Vec<u8> {
+        let holder = self.model.keys[k].lock.as_ref().map(|l| l.holder.clone());
+        match holder {
+            Some(h) if self.rng.gen_bool(0.5) => h,
+            _ => TOKENS[self.rng.gen_range(0..TOKENS.len())].to_vec(),
+        }
+    }
+
+    fn short_ttl(&mut self) -> u64 {
+        self.rng.gen_range(100..=200)
+    }
+
+    // ------------------------------------------------------------------------ operations
+
+    fn op_acquire(&mut self, k: usize, token: Vec<u8>, short: bool) {
+        self.counts.acquire += 1;
+        let ttl = if short { self.short_ttl() } else { LONG_TTL };
+        let expect = self.model.acquire(k, &token);
+        let (v, sent, recv) = self.call(&[
+            b"LOCK.ACQUIRE",
+            KEYS[k].as_bytes(),
+            &token,
+            ttl.to_string().as_bytes(),
+        ]);
+        let got = self.int_or_null("LOCK.ACQUIRE", &v);
+        self.note(format!(
+            "ACQUIRE {} {} {ttl} -> {got:?} (model {expect:?})",
+            KEYS[k],
+            show(&token)
+        ));
+        let deadline = Span::after(sent, recv, ttl);
+        match (expect, got) {
+            (AcqExpect::Fresh, Some(f)) => {
+                if let Err(e) = self.model.new_fence(k, f, true) {
+                    self.fail(&e);
+                }
+                self.model.keys[k].lock = Some(MLock {
+                    holder: token,
+                    fence: f,
+                    deadline,
+                    queue: VecDeque::new(),
+                });
+            }
+            (AcqExpect::Renew(f0), Some(f)) => {
+                ensure!(
+                    self,
+                    f == f0,
+                    "renewal returned fence {f}, expected the same {f0}"
+                );
+                self.model.keys[k].lock.as_mut().unwrap().deadline = deadline;
+            }
+            (AcqExpect::Busy, None) => return,
+            (e, g) => self.fail(&format!("LOCK.ACQUIRE: model {e:?}, server {g:?}")),
+        }
+        if short {
+            self.counts.short_leases += 1;
+            self.model.keys[k].pending = Some(Pending::LeaseEnd(deadline));
+        }
+    }
+
+    /// `LOCK.ACQUIRE … WAIT` on a connection of its own. `short_wait`: a timeout of 100–250
+    /// ms that will run out (the key is pending until then); otherwise `WAIT 0` or a
+    /// timeout far beyond the run.
+    fn op_acquire_wait(&mut self, k: usize, token: Vec<u8>, short_wait: bool) {
+        self.counts.acquire_wait += 1;
+        let timeout: u64 = if short_wait {
+            self.rng.gen_range(100..=250)
+        } else if self.rng.gen_bool(0.5) {
+            0
+        } else {
+            LONG_TTL
+        };
+        let expect = self.model.acquire(k, &token);
+        let mut sock = Sock::connect(self.server.port);
+        let sent = Instant::now();
+        sock.send(&[
+            b"LOCK.ACQUIRE",
+            KEYS[k].as_bytes(),
+            &token,
+            LONG_TTL.to_string().as_bytes(),
+            b"WAIT",
+            timeout.to_string().as_bytes(),
+        ]);
+        let what = format!(
+            "ACQUIRE {} {} {LONG_TTL} WAIT {timeout} (model {expect:?})",
+            KEYS[k],
+            show(&token)
+        );
+        if expect != AcqExpect::Busy {
+            let r = sock.reply(Duration::from_secs(10));
+            let recv = Instant::now();
+            self.note(format!("{what} -> {r:?}"));
+            let deadline = Span::after(sent, recv, LONG_TTL);
+            match (expect, r) {
+                (AcqExpect::Fresh, Some(Reply::Int(f))) => {
+                    if let Err(e) = self.model.new_fence(k, f, true) {
+                        self.fail(&e);
+                    }
+                    self.model.keys[k].lock = Some(MLock {
+                        holder: token,
+                        fence: f,
+                        deadline,
+                        queue: VecDeque::new(),
+                    });
+                }
+                (AcqExpect::Renew(f0), Some(Reply::Int(f))) => {
+                    ensure!(self, f == f0, "renewal with WAIT: fence {f}, expected {f0}");
+                    self.model.keys[k].lock.as_mut().unwrap().deadline = deadline;
+                }
+                (e, r) => self.fail(&format!("{what}: model {e:?}, server {r:?}")),
+            }
+            return;
+        }
+        // Queued: the server must count one more waiter (without a timeout race: a short
+        // wait is not polled for, its key is pending until it runs out).
+        self.counts.blocked += 1;
+        let id = self.model.waiters.len();
+        self.model.waiters.push(Some(MWaiter {
+            key: k,
+            token: token.clone(),
+            ttl: LONG_TTL,
+        }));
+        self.model.keys[k]
+            .lock
+            .as_mut()
+            .unwrap()
+            .queue
+            .push_back(id);
+        self.socks.push(Some(sock));
+        self.note(format!("{what} -> queued as waiter w{id}"));
+        if short_wait {
+            self.counts.short_waits += 1;
+            self.model.keys[k].pending = Some(Pending::WaitTimeout {
+                waiter: id,
+                at: Instant::now() + Duration::from_millis(timeout),
+            });
+        } else {
+            let want = self.model.keys[k].lock.as_ref().unwrap().queue.len() as i64;
+            self.await_waiters(k, want, &format!("waiter w{id} joining"));
+            let s = self.socks[id].as_mut().unwrap();
+            ensure!(
+                self,
+                !s.has_input(),
+                "waiter w{id} got a reply while it should wait"
+            );
+        }
+    }
+
+    /// Polls `LOCK.INFO` until `k` has `want` waiters.
+    fn await_waiters(&mut self, k: usize, want: i64, what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let (v, _, _) = self.call(&[b"LOCK.INFO", KEYS[k].as_bytes()]);
+            let n = parse_info(&v).map_or(0, |i| i.waiters);
+            if n == want {
+                return;
+            }
+            if Instant::now() > deadline {
+                self.fail(&format!("{what}: {} has {n} waiters, want {want}", KEYS[k]));
+            }
+            sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Reads the grant the model made to waiter `w` of key `k` (triggered at `from`):
+    /// a new fence, which becomes the key's.
+    fn read_grant(&mut self, k: usize, w: usize, from: Instant) {
+        self.counts.grants += 1;
+        let r = self.socks[w]
+            .as_mut()
+            .unwrap()
+            .reply(Duration::from_secs(10));
+        let recv = Instant::now();
+        let mw = self.model.waiters[w].take().unwrap();
+        self.socks[w] = None;
+        self.note(format!(
+            "  waiter w{w} ({}) granted {} -> {r:?}",
+            show(&mw.token),
+            KEYS[k]
+        ));
+        let Some(Reply::Int(f)) = r else {
+            self.fail(&format!("waiter w{w} should be granted {}: {r:?}", KEYS[k]));
+        };
+        if let Err(e) = self.model.new_fence(k, f, false) {
+            self.fail(&format!("grant to w{w}: {e}"));
+        }
+        let l = self.model.keys[k].lock.as_mut().unwrap();
+        debug_assert_eq!(l.holder, mw.token);
+        l.fence = f;
+        l.deadline = Span::after(from, recv, mw.ttl);
+    }
+
+    fn op_release(&mut self, k: usize, token: Vec<u8>) {
+        self.counts.release += 1;
+        let holds = self.model.holds(k, &token);
+        let (v, sent, _) = self.call(&[b"LOCK.RELEASE", KEYS[k].as_bytes(), &token]);
+        self.note(format!(
+            "RELEASE {} {} -> {v:?} (model {})",
+            KEYS[k],
+            show(&token),
+            holds as i64
+        ));
+        ensure!(
+            self,
+            v == Value::Int(holds as i64),
+            "LOCK.RELEASE replied {v:?}, model {}",
+            holds as i64
+        );
+        if holds {
+            if let Some(w) = self.model.vacate(k) {
+                self.read_grant(k, w, sent);
+            }
+        }
+    }
+
+    fn op_extend(&mut self, k: usize, token: Vec<u8>, short: bool) {
+        self.counts.extend += 1;
+        let ttl = if short { self.short_ttl() } else { LONG_TTL };
+        let holds = self.model.holds(k, &token);
+        let (v, sent, recv) = self.call(&[
+            b"LOCK.EXTEND",
+            KEYS[k].as_bytes(),
+            &token,
+            ttl.to_string().as_bytes(),
+        ]);
+        self.note(format!(
+            "EXTEND {} {} {ttl} -> {v:?} (model {})",
+            KEYS[k],
+            show(&token),
+            holds as i64
+        ));
+        ensure!(
+            self,
+            v == Value::Int(holds as i64),
+            "LOCK.EXTEND replied {v:?}, model {}",
+            holds as i64
+        );
+        if holds {
+            let deadline = Span::after(sent, recv, ttl);
+            self.model.keys[k].lock.as_mut().unwrap().deadline = deadline;
+            if short {
+                self.counts.short_leases += 1;
+                self.model.keys[k].pending = Some(Pending::LeaseEnd(deadline));
+            }
+        }
+    }
+
+    fn op_fence(&mut self, k: usize, token: Vec<u8>) {
+        self.counts.fence += 1;
+        let holds = self.model.holds(k, &token);
+        let (v, _, _) = self.call(&[b"LOCK.FENCE", KEYS[k].as_bytes(), &token]);
+        let got = self.int_or_null("LOCK.FENCE", &v);
+        self.note(format!(
+            "FENCE {} {} -> {got:?} (model {})",
+            KEYS[k],
+            show(&token),
+            if holds { "new" } else { "null" }
+        ));
+        match (holds, got) {
+            (true, Some(f)) => {
+                if let Err(e) = self.model.new_fence(k, f, false) {
+                    self.fail(&format!("LOCK.FENCE: {e}"));
+                }
+                self.model.keys[k].lock.as_mut().unwrap().fence = f;
+            }
+            (false, None) => {}
+            (h, g) => self.fail(&format!("LOCK.FENCE: model holds={h}, server {g:?}")),
+        }
+    }
+
+    fn op_info(&mut self, k: usize) {
+        self.counts.info += 1;
+        let (v, sent, recv) = self.call(&[b"LOCK.INFO", KEYS[k].as_bytes()]);
+        let got = parse_info(&v);
+        self.note(format!("INFO {} -> {got:?}", KEYS[k]));
+        self.check_info(k, got, sent, recv);
+    }
+
+    fn check_info(&self, k: usize, got: Option<LockInfo>, sent: Instant, recv: Instant) {
+        let want = self.model.info(k);
+        match (&want, &got) {
+            (None, None) => {}
+            (Some((holder, fence, waiters, span)), Some(i)) => {
+                ensure!(
+                    self,
+                    i.holder.as_deref() == Some(&holder[..])
+                        && i.fence == *fence
+                        && i.waiters == *waiters as i64,
+                    "LOCK.INFO {}: server {i:?}, model holder {} fence {fence} waiters {waiters}",
+                    KEYS[k],
+                    show(holder)
+                );
+                // The server read its clock at some instant in [sent, recv].
+                let ms = |later: Instant, earlier: Instant| -> i64 {
+                    if later >= earlier {
+                        later.duration_since(earlier).as_millis() as i64
+                    } else {
+                        -(earlier.duration_since(later).as_millis() as i64)
+                    }
+                };
+                let min = ms(span.lo, recv) - TTL_SLACK_MS;
+                let max = ms(span.hi, sent) + TTL_SLACK_MS;
+                ensure!(
+                    self,
+                    i.ttl >= min && i.ttl <= max,
+                    "LOCK.INFO {}: ttl {} outside the model's [{min}, {max}]",
+                    KEYS[k],
+                    i.ttl
+                );
+            }
+            _ => self.fail(&format!(
+                "LOCK.INFO {}: server {got:?}, model {want:?}",
+                KEYS[k]
+            )),
+        }
+    }
+
+    fn op_del(&mut self, k: usize) {
+        self.counts.del += 1;
+        let cmd: &[u8] = if self.rng.gen_bool(0.5) {
+            b"DEL"
+        } else {
+            b"UNLINK"
+        };
+        let existed = self.model.keys[k].lock.is_some();
+        let (v, _, _) = self.call(&[cmd, KEYS[k].as_bytes()]);
+        self.note(format!(
+            "{} {} -> {v:?} (model {})",
+            show(cmd),
+            KEYS[k],
+            existed as i64
+        ));
+        ensure!(
+            self,
+            v == Value::Int(existed as i64),
+            "{} replied {v:?}, model {}",
+            show(cmd),
+            existed as i64
+        );
+        if existed {
+            // The key is gone; its waiters are answered null on the server's next turn (a
+            // deletion may be the source side of a MIGRATE). The next fence for the key is
+            // still above the deleted lock's.
+            self.answer_waiters_null(k, show(cmd).as_str());
+            self.model.keys[k].lock = None;
+        }
+    }
+
+    /// Every waiter of `k` gets a null reply and leaves the queue.
+    fn answer_waiters_null(&mut self, k: usize, why: &str) {
+        let queue: Vec<usize> = match self.model.keys[k].lock.as_mut() {
+            Some(l) => l.queue.drain(..).collect(),
+            None => Vec::new(),
+        };
+        for w in queue {
+            self.counts.answered_null += 1;
+            let r = self.socks[w]
+                .as_mut()
+                .unwrap()
+                .reply(Duration::from_secs(10));
+            self.note(format!("  waiter w{w} on {} after {why} -> {r:?}", KEYS[k]));
+            ensure!(
+                self,
+                r == Some(Reply::Null),
+                "waiter w{w} on {} after {why}: {r:?}, expected null",
+                KEYS[k]
+            );
+            self.model.waiters[w] = None;
+            self.socks[w] = None;
+        }
+    }
+
+    /// A waiter hangs up: it leaves the queue.
+    fn op_disconnect(&mut self, w: usize) {
+        self.counts.disconnect += 1;
+        let mw = self.model.remove_waiter(w);
+        let k = mw.key;
+        self.note(format!(
+            "waiter w{w} ({} on {}) disconnects",
+            show(&mw.token),
+            KEYS[k]
+        ));
+        self.socks[w] = None;
+        let want = self.model.keys[k].lock.as_ref().unwrap().queue.len() as i64;
+        self.await_waiters(k, want, &format!("waiter w{w} leaving"));
+    }
+
+    /// Time passes until every pending deadline is well past; the model applies them.
+    fn tick(&mut self) {
+        self.counts.ticks += 1;
+        let last = self
+            .model
+            .keys
+            .iter()
+            .filter_map(|mk| match &mk.pending {
+                Some(Pending::LeaseEnd(s)) => Some(s.hi),
+                Some(Pending::WaitTimeout { at, .. }) => Some(*at),
+                None => None,
+            })
+            .max();
+        let Some(last) = last else {
+            return;
+        };
+        let until = last + SLACK;
+        let wait = until.saturating_duration_since(Instant::now());
+        self.counts.tick_wait_ms += wait.as_millis() as u64;
+        sleep(wait);
+        for (k, key) in KEYS.iter().enumerate() {
+            match self.model.keys[k].pending.take() {
+                None => {}
+                Some(Pending::LeaseEnd(span)) => {
+                    self.counts.lease_ends += 1;
+                    self.note(format!("  lease of {key} ends"));
+                    if let Some(w) = self.model.vacate(k) {
+                        self.read_grant(k, w, span.lo);
+                    }
+                }
+                Some(Pending::WaitTimeout { waiter, .. }) => {
+                    self.counts.wait_timeouts += 1;
+                    let r = self.socks[waiter]
+                        .as_mut()
+                        .unwrap()
+                        .reply(Duration::from_secs(10));
+                    self.note(format!("  waiter w{waiter} on {key} times out -> {r:?}"));
+                    ensure!(
+                        self,
+                        r == Some(Reply::Null),
+                        "waiter w{waiter} should time out with null: {r:?}"
+                    );
+                    self.model.remove_waiter(waiter);
+                    self.socks[waiter] = None;
+                }
+            }
+        }
+        self.check_totals();
+    }
+
+    /// Server-wide figures that only the model's determinate state fixes: keys and waiters.
+    fn check_totals(&mut self) {
+        let (v, _, _) = self.call(&[b"DBSIZE"]);
+        let keys = self.model.key_count() as i64;
+        ensure!(
+            self,
+            v == Value::Int(keys),
+            "DBSIZE {v:?}, model has {keys} keys"
+        );
+        let waiting = info_field(&mut self.con, "lock", "lock_waiting_clients");
+        let want = self.model.waiter_count().to_string();
+        ensure!(
+            self,
+            waiting.as_deref() == Some(want.as_str()),
+            "lock_waiting_clients {waiting:?}, model {want}"
+        );
+        for w in 0..self.socks.len() {
+            let Some(s) = self.socks[w].as_mut() else {
+                continue;
+            };
+            if s.has_input() {
+                let r = s.reply(Duration::from_millis(100));
+                self.fail(&format!("waiter w{w} got {r:?} while it should wait"));
+            }
+        }
+    }
+
+    fn op_restart(&mut self) {
+        self.tick();
+        self.counts.restarts += 1;
+        self.note("RESTART (SHUTDOWN NOSAVE, appendonly yes)".into());
+        let t = Instant::now();
+        self.server.restart();
+        self.con = self.server.conn();
+        self.counts.restart_ms += t.elapsed().as_millis() as u64;
+        // Waiters are connections: the restart dropped them without a reply.
+        for w in 0..self.model.waiters.len() {
+            if self.model.waiters[w].is_some() {
+                let r = self.socks[w]
+                    .as_mut()
+                    .unwrap()
+                    .reply(Duration::from_secs(10));
+                ensure!(
+                    self,
+                    r == Some(Reply::Closed),
+                    "waiter w{w} across a restart: {r:?}, expected the connection closed"
+                );
+                self.model.remove_waiter(w);
+                self.socks[w] = None;
+            }
+        }
+        self.check_totals();
+    }
+
+    fn op_reload(&mut self) {
+        self.tick();
+        self.counts.reloads += 1;
+        let (v, _, _) = self.call(&[b"DEBUG", b"RELOAD"]);
+        self.note(format!("DEBUG RELOAD -> {v:?}"));
+        ensure!(self, v == Value::Okay, "DEBUG RELOAD replied {v:?}");
+        // Every lock is freed and loaded anew with its holder, lease and fence. Its waiters
+        // stay connected but are answered null, as waiters of a deleted key are.
+        for k in 0..KEYS.len() {
+            self.answer_waiters_null(k, "DEBUG RELOAD");
+        }
+    }
+
+    // ------------------------------------------------------------------------- the run
+
+    fn step(&mut self) {
+        let free = self.free_keys();
+        if free.is_empty() {
+            self.tick();
+            return;
+        }
+        let k = free[self.rng.gen_range(0..free.len())];
+        let roll = self.rng.gen_range(0..1000);
+        match roll {
+            0..=189 => {
+                let t = self.pick_token(k);
+                self.op_acquire(k, t, false)
+            }
+            190..=209 => {
+                let t = self.pick_token(k);
+                self.op_acquire(k, t, true)
+            }
+            210..=369 => {
+                let short = roll >= 350;
+                let t = self.pick_token(k);
+                // One queue entry per token and key, and a bounded queue.
+                let qlen = self.model.keys[k]
+                    .lock
+                    .as_ref()
+                    .map_or(0, |l| l.queue.len());
+                if self.model.queued(k, &t) || qlen >= 4 {
+                    self.op_info(k)
+                } else {
+                    self.op_acquire_wait(k, t, short)
+                }
+            }
+            370..=529 => {
+                let t = self.pick_token(k);
+                self.op_release(k, t)
+            }
+            530..=609 => {
+                let t = self.pick_token(k);
+                self.op_extend(k, t, false)
+            }
+            610..=624 => {
+                let t = self.pick_token(k);
+                self.op_extend(k, t, true)
+            }
+            625..=729 => {
+                let t = self.pick_token(k);
+                self.op_fence(k, t)
+            }
+            730..=869 => self.op_info(k),
+            870..=889 => self.op_del(k),
+            890..=919 => {
+                let ws: Vec<usize> = self
+                    .model
+                    .waiters
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, w)| {
+                        w.as_ref()
+                            .is_some_and(|w| self.model.keys[w.key].pending.is_none())
+                    })
+                    .map(|(i, _)| i)
+                    .collect();
+                if ws.is_empty() {
+                    self.op_info(k)
+                } else {
+                    let w = ws[self.rng.gen_range(0..ws.len())];
+                    self.op_disconnect(w)
+                }
+            }
+            920..=959 => {
+                self.counts.sleeps += 1;
+                let ms = self.rng.gen_range(1..30);
+                self.note(format!("sleep {ms} ms"));
+                sleep(Duration::from_millis(ms));
+            }
+            960..=969 => self.tick(),
+            970..=975 => self.op_restart(),
+            976..=981 => self.op_reload(),
+            _ => self.op_info(k),
+        }
+    }
+
+    fn finish(&mut self) {
+        self.tick();
+        self.note("final state".into());
+        for (k, key) in KEYS.iter().enumerate() {
+            let (v, sent, recv) = self.call(&[b"LOCK.INFO", key.as_bytes()]);
+            self.check_info(k, parse_info(&v), sent, recv);
+        }
+        self.check_totals();
+        // Drain: every holder releases; each queue is served in order to the end.
+        for (k, key) in KEYS.iter().enumerate() {
+            while let Some(h) = self.model.keys[k].lock.as_ref().map(|l| l.holder.clone()) {
+                self.op_release(k, h);
+            }
+            let (v, _, _) = self.call(&[b"EXISTS", key.as_bytes()]);
+            ensure!(self, v == Value::Int(0), "{key} left after draining");
+        }
+        self.check_totals();
+        self.server.assert_alive();
+    }
+}
+
+#[test]
+fn model_agrees_with_the_server() {
+    let seed = env_u64("MODEL_SEED", DEFAULT_SEED);
+    let ops = env_u64("MODEL_OPS", DEFAULT_OPS);
+    println!("model: MODEL_SEED={seed} MODEL_OPS={ops}");
+    let server = Server::start(Opts::new().appendonly());
+    let con = server.conn();
+    let mut d = Driver {
+        server,
+        con,
+        model: Model::new(),
+        socks: Vec::new(),
+        rng: StdRng::seed_from_u64(seed),
+        seed,
+        log: Vec::new(),
+        counts: Counts::default(),
+    };
+    let t0 = Instant::now();
+    for _ in 0..ops {
+        d.step();
+    }
+    d.finish();
+    println!(
+        "model: {ops} ops in {:.1?}, disagreements: 0; {:?}",
+        t0.elapsed(),
+        d.counts
+    );
+    assert!(
+        d.counts.restarts > 0 && d.counts.reloads > 0 && d.counts.grants > 0,
+        "the run should exercise restarts, reloads and grants: {:?}",
+        d.counts
+    );
+}
