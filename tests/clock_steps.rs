@@ -120,7 +120,7 @@ impl WallClock {
                 self.path.display().to_string(),
             ),
         ];
-        let s = start_with_env(Opts::new().extra(&["--jemalloc-bg-thread", "no"]), &env);
+        let s = Server::start_with_env(Opts::new().extra(&["--jemalloc-bg-thread", "no"]), &env);
         let mut c = s.conn();
         assert!(
             (server_offset_ms(&mut c)).abs() < 1000,

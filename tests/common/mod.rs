@@ -155,6 +155,12 @@ impl Server {
 
     /// Starts a server and waits until it answers `PING`.
     pub fn start(opts: Opts) -> Server {
+        Server::start_with_env(opts, &[])
+    }
+
+    /// Like [`Server::start`], with `env` added to the server's environment (the clock-step
+    /// tests preload a wall-clock shifter). `start_again()` and `restart()` do not re-apply it.
+    pub fn start_with_env(opts: Opts, env: &[(String, String)]) -> Server {
         let module = module_path();
         // A port found free can be taken by someone else before redis binds it: retry.
         for attempt in 0..5 {
@@ -166,7 +172,7 @@ impl Server {
                 opts: opts.clone(),
                 child: None,
             };
-            s.spawn(&module);
+            s.spawn(&module, env);
             match s.wait_ready() {
                 Ok(()) => return s,
                 Err(msg) => {
@@ -224,9 +230,10 @@ impl Server {
         a
     }
 
-    fn spawn(&mut self, module: &Path) {
+    fn spawn(&mut self, module: &Path, env: &[(String, String)]) {
         let child = Command::new(redis_server_bin())
             .args(self.args(module))
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -366,7 +373,7 @@ impl Server {
     pub fn start_again(&mut self) {
         assert!(self.child.is_none(), "server still running");
         let module = module_path();
-        self.spawn(&module);
+        self.spawn(&module, &[]);
         if let Err(msg) = self.wait_ready() {
             panic!(
                 "redis-server did not restart: {msg}\n--- log tail ---\n{}",
@@ -703,45 +710,3 @@ pub fn assert_same_lock(
 pub fn token() -> String {
     uuid::Uuid::new_v4().to_string()
 }
-
-// ---------------------------------------------------------------------------------------
-// Added for issue 6 (clock steps and crashes: tests/clock_steps.rs, tests/crash.rs).
-// Starting a server with extra environment variables (LD_PRELOAD of the wall-clock shifter
-// and its control file). `start_again()`/`restart()` of such a server do NOT re-apply them.
-
-/// Like [`Server::start`], with `env` added to the server's environment.
-pub fn start_with_env(opts: Opts, env: &[(String, String)]) -> Server {
-    let module = module_path();
-    for attempt in 0..5 {
-        let port = next_port();
-        let dir = fresh_dir(port);
-        let mut s = Server {
-            port,
-            dir,
-            opts: opts.clone(),
-            child: None,
-        };
-        let child = Command::new(redis_server_bin())
-            .args(s.args(&module))
-            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", redis_server_bin()));
-        s.child = Some(child);
-        match s.wait_ready() {
-            Ok(()) => return s,
-            Err(msg) => {
-                let log = s.log_tail(40);
-                if attempt < 4 && log.contains("Address already in use") {
-                    s.kill9();
-                    continue;
-                }
-                panic!("redis-server did not start (env {env:?}): {msg}\n--- log tail ---\n{log}");
-            }
-        }
-    }
-    unreachable!()
-}
-// ----------------------------------------------------------------- end of issue 6 block
