@@ -4,7 +4,7 @@
 MODULE := target/release/libredis_lock.so
 PORT   ?= 6390
 
-.PHONY: all build run test test-matrix unit check bench leak-check fuzz-long clean deps
+.PHONY: all build run test test-quick test-matrix unit check bench leak-check fuzz-long clean deps
 
 all: build
 
@@ -34,6 +34,11 @@ test: build
 # Module against the Lua way and plain native commands, in one run; writes bench-results.json.
 bench: build
 	cargo bench --bench bench
+
+# A quick local run: unit tests and the fast integration files; leaves out the slowest
+# (cluster, model, crash, clock steps, failover, fuzzers, clients), which `make test` and CI run.
+test-quick: build
+	cargo test --release --lib --test commands --test wait --test persistence --test replication --test server_integration --test exclusion
 
 # Integration tests against each server: Redis 7.0 (system), Valkey 8.1/9.1 and Redis 8.2
 # (PyPI wheels in venvs under target/matrix/). SERVERS="valkey-9.1" runs only some.
