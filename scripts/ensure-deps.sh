@@ -9,9 +9,12 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 # The clock-step tests compile a small LD_PRELOAD library of their own.
 command -v cc >/dev/null 2>&1 || missing+=(gcc)
-if ! ls /usr/lib/llvm-*/lib/libclang.so /usr/lib/*/libclang.so >/dev/null 2>&1; then
-  missing+=(libclang-dev)
-fi
+have_libclang=no
+for f in /usr/lib/llvm-*/lib/libclang.so /usr/lib/*/libclang.so /usr/lib/*/libclang-*.so; do
+  [ -e "$f" ] && have_libclang=yes
+done
+[ -n "${LIBCLANG_PATH:-}" ] && have_libclang=yes
+[ $have_libclang = yes ] || missing+=(libclang-dev)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
