@@ -46,8 +46,9 @@ test-matrix: build
 	bash scripts/test-matrix.sh $(SERVERS)
 
 # The module under valgrind memcheck during a scripted workload and some integration tests
-# (about 1-2 minutes; needs the valgrind package).
+# (about 1-2 minutes; installs valgrind if it can).
 leak-check: build
+	@bash scripts/ensure-deps.sh valgrind
 	bash scripts/leak-check.sh
 
 # Longer seeded runs of the fuzzers and the model; FUZZ_SEED / MODEL_SEED replay a failure.

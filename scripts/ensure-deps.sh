@@ -2,9 +2,15 @@
 # Installs what building and testing the module needs and is missing: redis-server and
 # redis-cli (the tests run a real server), libclang (bindgen, used by the redis-module crate
 # at build time) and a C compiler (the clock-step tests build an LD_PRELOAD library). Installs through apt-get when it can; otherwise says what to install.
+#
+# Extra tools a target needs (make leak-check: valgrind) are named as arguments; each is a
+# command and the Debian package of the same name.
 set -euo pipefail
 
 missing=()
+for tool in "$@"; do
+  command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+done
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 # The clock-step tests compile a small LD_PRELOAD library of their own.
