@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing the module needs and is missing: redis-server and
 # redis-cli (the tests run a real server), libclang (bindgen, used by the redis-module crate
-# at build time) and a C compiler (the clock-step tests build an LD_PRELOAD library). Installs through apt-get when it can; otherwise says what to install.
+# at build time) and a C compiler (the clock-step tests build an LD_PRELOAD library).
+# Installs through apt-get when it can; otherwise says what to install.
 #
 # Extra tools a target needs (make leak-check: valgrind) are named as arguments; each is a
 # command and the Debian package of the same name.
