@@ -246,6 +246,11 @@ impl Lock {
     /// The lock after its holder left at `now`: granted to the next waiter, or free.
     fn vacate(&mut self, now: Now, fences: &mut FenceIssuer) -> Vacated {
         self.deadline = now.mono;
+        self.pass_on(now, fences)
+    }
+
+    /// The lock is free at `now`: to the next waiter, or free.
+    fn pass_on(&mut self, now: Now, fences: &mut FenceIssuer) -> Vacated {
         match self.grant_next(now, fences) {
             Some(grant) => Vacated::Granted(grant),
             None => Vacated::Free,
@@ -297,10 +302,7 @@ impl Lock {
         if self.is_held(now) {
             return None;
         }
-        Some(match self.grant_next(now, fences) {
-            Some(grant) => Vacated::Granted(grant),
-            None => Vacated::Free,
-        })
+        Some(self.pass_on(now, fences))
     }
 
     /// A grant under `fence` could not be delivered (the client went away): take it back

@@ -46,23 +46,6 @@ fn env_u64(name: &str, default: u64) -> u64 {
 
 // ------------------------------------------------------------------------ DUMP encoding
 
-/// CRC-64/Jones as Redis computes it over DUMP payloads (reflected, init 0, no xorout).
-fn crc64(data: &[u8]) -> u64 {
-    const POLY: u64 = 0x95ac_9329_ac4b_c9b5;
-    let mut crc = 0u64;
-    for &b in data {
-        crc ^= b as u64;
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ POLY
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    crc
-}
-
 /// `body` + the 2-byte RDB version + a correct CRC.
 fn with_trailer(body: &[u8], version: [u8; 2]) -> Vec<u8> {
     let mut p = body.to_vec();

@@ -394,23 +394,6 @@ fn crash_and_restart_from_older_rdb_never_reissues_fences() {
 
 // ------------------------------------------------------------ corrupted RESTORE payloads
 
-/// CRC-64/Jones as Redis computes it for DUMP payloads (reflected, init 0, no xorout).
-fn crc64(data: &[u8]) -> u64 {
-    const POLY: u64 = 0x95ac_9329_ac4b_c9b5; // 0xad93d23594c935a9 reflected
-    let mut crc = 0u64;
-    for &b in data {
-        crc ^= b as u64;
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ POLY
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    crc
-}
-
 /// `body` (RDB type + value) + `version` + a correct CRC64.
 fn with_crc(body: &[u8], version: &[u8]) -> Vec<u8> {
     let mut p = body.to_vec();

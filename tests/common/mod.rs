@@ -710,3 +710,21 @@ pub fn assert_same_lock(
 pub fn token() -> String {
     uuid::Uuid::new_v4().to_string()
 }
+
+/// CRC-64/Jones as Redis computes it over DUMP payloads (reflected, init 0, no xorout), for
+/// tests that build or alter `RESTORE` payloads.
+pub fn crc64(data: &[u8]) -> u64 {
+    const POLY: u64 = 0x95ac_9329_ac4b_c9b5; // 0xad93d23594c935a9 reflected
+    let mut crc = 0u64;
+    for &b in data {
+        crc ^= b as u64;
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ POLY
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    crc
+}
