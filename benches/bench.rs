@@ -1472,6 +1472,10 @@ impl Json {
 // Setup: the module, the machine, pinning.
 
 fn module_path() -> PathBuf {
+    // As in the tests: an explicit module, e.g. an older build to compare against.
+    if let Ok(p) = std::env::var("REDIS_LOCK_MODULE") {
+        return PathBuf::from(p);
+    }
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let target = std::env::var("CARGO_TARGET_DIR")
         .map(|t| manifest.join(t))
@@ -1599,6 +1603,11 @@ fn main() {
         plan.contended.as_secs_f64()
     );
     eprintln!();
+
+    if let Ok(which) = std::env::var("BENCH_PROFILE") {
+        profile(&srv, s, &plan, &which);
+        return;
+    }
 
     // 1–3: uncontended.
     let cycle = table(
@@ -1997,4 +2006,32 @@ fn main() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench-results.json");
     fs::write(&path, out).expect("write bench-results.json");
     println!("Results written to {}", path.display());
+}
+
+/// `BENCH_PROFILE=lock|lua|floor|fenced|lua-fenced`: one cycle at batch 16, repeated for
+/// `BENCH_PROFILE_SECS` (default 20) so that `perf record -p <server pid>` or a before/after
+/// comparison can watch it. Prints the server's PID first.
+fn profile(srv: &Server, s: &Scripts, plan: &Plan, which: &str) {
+    let op = match which {
+        "lock" => Op::LockCycle,
+        "lua" => Op::LuaCycle,
+        "floor" => Op::FloorCycle,
+        "lua-fenced" => Op::LuaFencedCycle,
+        "acquire" => Op::LockAcquire,
+        "setnx" => Op::SetNx,
+        other => {
+            panic!("BENCH_PROFILE={other}: expected lock, lua, floor, lua-fenced, acquire or setnx")
+        }
+    };
+    let secs: u64 = std::env::var("BENCH_PROFILE_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    println!("server pid {}", srv.child.id());
+    let m = run_phase(srv, s, plan, Duration::from_secs(secs), (which, op, 16));
+    println!(
+        "{which}: {:.0} ops/s, server {:.3} µs CPU/op",
+        m.rate(),
+        m.cpu_us_per_op()
+    );
 }

@@ -17,7 +17,7 @@ use crate::config;
 use crate::error::LockError;
 use crate::expiry::{self, LeaseEnd};
 use crate::fence::server_fences;
-use crate::keyspace::{self, key_in_db, replicate_state, selected_db, signal_modified};
+use crate::keyspace::{self, key_in_db, replicate_state, selected_db, signal_modified, TokenArg};
 use crate::lock::{Acquire, Grant, Lock, Vacated};
 use crate::persistence::LOCK_TYPE;
 use crate::stats;
@@ -30,6 +30,8 @@ const MAX_REST: usize = 5;
 /// The key and the remaining arguments of a call, as byte slices.
 struct Call<'a> {
     key: &'a RedisString,
+    /// The argument after the key, which is the token wherever a command takes one.
+    token: Option<&'a RedisString>,
     rest: [&'a [u8]; MAX_REST],
     len: usize,
 }
@@ -41,6 +43,7 @@ impl<'a> Call<'a> {
         };
         let mut call = Call {
             key,
+            token: rest.first(),
             rest: [&[]; MAX_REST],
             len: rest.len().min(MAX_REST),
         };
@@ -52,6 +55,13 @@ impl<'a> Call<'a> {
 
     fn rest(&self) -> &[&'a [u8]] {
         &self.rest[..self.len]
+    }
+
+    /// The token as propagated: by reference to the client's argument. Only called after
+    /// parsing accepted a token.
+    fn token_arg(&self, lock: &'a Lock) -> TokenArg<'a> {
+        self.token
+            .map_or(TokenArg::Bytes(lock.token()), TokenArg::Arg)
     }
 }
 
@@ -110,18 +120,21 @@ fn record(ctx: &Context, event: Event, key: &RedisString) {
 }
 
 /// After `lock` at `key` changed (its deadline was `old`, or it is new): index the new
-/// deadline, propagate the new state, let WATCH see it, and record `event`.
+/// deadline, propagate the new state (with `token`, the holder's), let WATCH see it, and
+/// record `event`.
+#[allow(clippy::too_many_arguments)]
 fn changed(
     ctx: &Context,
     key: &RedisString,
     lock: &Lock,
+    token: TokenArg,
     old: Option<u64>,
     now: Now,
     event: Event,
 ) {
     expiry::track(ctx, lock, old, Some(lock.deadline()), now);
     let deadline = now.to_wall(lock.deadline());
-    replicate_state(ctx, key, lock.token(), deadline, lock.fence());
+    replicate_state(ctx, key, token, deadline, lock.fence());
     signal_modified(ctx, key);
     record(ctx, event, key);
 }
@@ -136,7 +149,8 @@ fn deliver(
     old: Option<u64>,
     now: Now,
 ) {
-    changed(ctx, key, lock, old, now, Event::Granted);
+    let token = TokenArg::Bytes(lock.token());
+    changed(ctx, key, lock, token, old, now, Event::Granted);
     if let Some(Some(wait_deadline)) = waiters::wake(grant.id, Outcome::Granted(grant.fence)) {
         expiry::untrack_wait(grant.id, wait_deadline);
     }
@@ -227,8 +241,8 @@ fn may_block(ctx: &Context) -> bool {
 }
 
 /// `LOCK.ACQUIRE key token ttl [WAIT timeout]`
-pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    let call = Call::split(&args)?;
+pub fn acquire(ctx: &Context, args: &[RedisString]) -> RedisResult {
+    let call = Call::split(args)?;
     let a = args::acquire(call.rest(), config::max_ttl())?;
     wake_orphans();
     let now = clock::now();
@@ -244,7 +258,15 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             &mut server_fences(),
         );
         let lock = store(&key, lock)?;
-        changed(ctx, call.key, lock, None, now, Event::Acquired);
+        changed(
+            ctx,
+            call.key,
+            lock,
+            call.token_arg(lock),
+            None,
+            now,
+            Event::Acquired,
+        );
         return Ok(RedisValue::Integer(fence as i64));
     };
     // Inside MULTI or a script, WAIT does not block: the reply is as without it.
@@ -273,13 +295,21 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         Acquire::Granted(fence) => (fence, Event::Acquired),
         Acquire::Renewed(fence) => (fence, Event::Extended),
     };
-    changed(ctx, call.key, lock, Some(old), now, event);
+    changed(
+        ctx,
+        call.key,
+        lock,
+        call.token_arg(lock),
+        Some(old),
+        now,
+        event,
+    );
     Ok(RedisValue::Integer(fence as i64))
 }
 
 /// `LOCK.RELEASE key token`
-pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    let call = Call::split(&args)?;
+pub fn release(ctx: &Context, args: &[RedisString]) -> RedisResult {
+    let call = Call::split(args)?;
     let token = args::token_only(call.rest())?;
     wake_orphans();
     let now = clock::now();
@@ -316,8 +346,8 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 }
 
 /// `LOCK.EXTEND key token ttl`
-pub fn extend(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    let call = Call::split(&args)?;
+pub fn extend(ctx: &Context, args: &[RedisString]) -> RedisResult {
+    let call = Call::split(args)?;
     let (token, ttl) = args::extend(call.rest(), config::max_ttl())?;
     wake_orphans();
     let now = clock::now();
@@ -329,13 +359,21 @@ pub fn extend(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if !lock.extend(token, ttl, now) {
         return Ok(RedisValue::Integer(0));
     }
-    changed(ctx, call.key, lock, Some(old), now, Event::Extended);
+    changed(
+        ctx,
+        call.key,
+        lock,
+        call.token_arg(lock),
+        Some(old),
+        now,
+        Event::Extended,
+    );
     Ok(RedisValue::Integer(1))
 }
 
 /// `LOCK.FENCE key token`
-pub fn fence(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    let call = Call::split(&args)?;
+pub fn fence(ctx: &Context, args: &[RedisString]) -> RedisResult {
+    let call = Call::split(args)?;
     let token = args::token_only(call.rest())?;
     wake_orphans();
     let now = clock::now();
@@ -346,7 +384,15 @@ pub fn fence(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let old = lock.deadline();
     match lock.new_fence(token, now, &mut server_fences()) {
         Some(fence) => {
-            changed(ctx, call.key, lock, Some(old), now, Event::Fenced);
+            changed(
+                ctx,
+                call.key,
+                lock,
+                call.token_arg(lock),
+                Some(old),
+                now,
+                Event::Fenced,
+            );
             Ok(RedisValue::Integer(fence as i64))
         }
         None => Ok(RedisValue::Null),
@@ -354,8 +400,8 @@ pub fn fence(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 }
 
 /// `LOCK.INFO key`: a map of holder, fence, ttl and waiters (a flat array under RESP2).
-pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    let call = Call::split(&args)?;
+pub fn info(ctx: &Context, args: &[RedisString]) -> RedisResult {
+    let call = Call::split(args)?;
     if call.len != 0 {
         return Err(LockError::Arity.into());
     }
@@ -393,11 +439,11 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 
 /// `LOCK.APPLY key token deadline fence`: the state a master propagated, replayed from the
 /// replication link or the AOF. Clients may not send it: it would bypass the lock.
-pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn apply(ctx: &Context, args: &[RedisString]) -> RedisResult {
     if !from_master_or_aof(ctx) {
         return Err(LockError::InternalCommand.into());
     }
-    let call = Call::split(&args)?;
+    let call = Call::split(args)?;
     let a = args::apply(call.rest())?;
     let now = clock::now();
     if a.deadline_unix_ms > now.wall.saturating_add(config::MAX_TTL_LIMIT) {

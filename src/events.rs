@@ -1,26 +1,37 @@
 //! Server and keyspace events the lock type needs to hear of: the cron tick that backs up
-//! the lease-end timer, `SWAPDB`, and the generic keyspace events that move a lock to a key
-//! name the expiry index does not know yet.
+//! the lease-end timer, `SWAPDB`, the forks, loads and role changes after which something
+//! may read the propagated effects (`replication.rs`), and the generic keyspace events that
+//! move a lock to a key name the expiry index does not know yet.
 
 use std::os::raw::c_void;
 
-use redis_module::server_events::{FlushSubevent, ServerRole};
+use redis_module::server_events::{FlushSubevent, LoadingSubevent, ServerRole};
 use redis_module::{raw, Context, NotifyEvent};
-use redis_module_macros::{cron_event_handler, flush_event_handler, role_changed_event_handler};
+use redis_module_macros::{
+    cron_event_handler, flush_event_handler, loading_event_handler, role_changed_event_handler,
+};
 
 use crate::expiry;
 use crate::lock::Lock;
 use crate::persistence::LOCK_TYPE;
+use crate::replication;
 use crate::waiters;
 
-/// `SWAPDB` is the one server event the crate has no handler list for.
+/// `SWAPDB` and `FORK_CHILD` are the server events the crate has no handler list for.
 pub fn subscribe(ctx: &Context) -> Result<(), &'static str> {
-    let event = raw::RedisModuleEvent {
+    let swapdb = raw::RedisModuleEvent {
         id: raw::REDISMODULE_EVENT_SWAPDB,
         dataver: 1,
     };
-    if raw::subscribe_to_server_event(ctx.ctx, event, Some(on_swapdb)) == raw::Status::Err {
+    if raw::subscribe_to_server_event(ctx.ctx, swapdb, Some(on_swapdb)) == raw::Status::Err {
         return Err("failed to subscribe to the SWAPDB event");
+    }
+    let fork = raw::RedisModuleEvent {
+        id: raw::REDISMODULE_EVENT_FORK_CHILD,
+        dataver: 1,
+    };
+    if raw::subscribe_to_server_event(ctx.ctx, fork, Some(on_fork)) == raw::Status::Err {
+        return Err("failed to subscribe to the FORK_CHILD event");
     }
     Ok(())
 }
@@ -30,12 +41,14 @@ pub fn subscribe(ctx: &Context) -> Result<(), &'static str> {
 #[cron_event_handler]
 fn on_cron(ctx: &Context, _hz: u64) {
     expiry::on_cron(ctx);
+    replication::on_cron(ctx);
 }
 
 /// A master that becomes a replica answers its waiters, as Redis does for its own blocked
 /// clients: none of them can be granted a lock here any more.
 #[role_changed_event_handler]
 fn on_role_change(ctx: &Context, role: ServerRole) {
+    replication::reader_may_have_appeared();
     if role == ServerRole::Replica {
         crate::commands::unblock_all_waiters(ctx);
     }
@@ -46,6 +59,26 @@ fn on_role_change(ctx: &Context, role: ServerRole) {
 fn on_flush(ctx: &Context, subevent: FlushSubevent) {
     if subevent == FlushSubevent::Ended && waiters::has_orphans() {
         expiry::wake_soon(ctx);
+    }
+}
+
+#[loading_event_handler]
+fn on_loading(_ctx: &Context, subevent: LoadingSubevent) {
+    if subevent == LoadingSubevent::Ended {
+        replication::reader_may_have_appeared();
+    }
+}
+
+/// A child was forked: a replica's full synchronisation or an AOF rewrite may have begun.
+/// Redis fires this in the parent right after the fork, before it runs another command.
+unsafe extern "C" fn on_fork(
+    _: *mut raw::RedisModuleCtx,
+    _: raw::RedisModuleEvent,
+    subevent: u64,
+    _: *mut c_void,
+) {
+    if subevent == u64::from(raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN) {
+        replication::reader_may_have_appeared();
     }
 }
 

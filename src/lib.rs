@@ -4,16 +4,19 @@
 //! - `fence.rs`: how fences are issued so that they never go backwards.
 //! - `args.rs`, `error.rs`: argument parsing and the error replies.
 //! - `commands.rs`: the `LOCK.*` commands over the state machine.
+//! - `command_table.rs`: the commands' names and flags, and how Redis calls them.
 //! - `waiters.rs`: clients blocked in `LOCK.ACQUIRE … WAIT`.
 //! - `persistence.rs`: the data type's RDB, AOF and memory callbacks.
 //! - `expiry.rs`: lease and wait deadlines, from one index, one timer and the cron backstop.
 //! - `keyspace.rs`: keyspace and propagation calls the crate has no safe wrapper for.
+//! - `replication.rs`: whether anything reads the propagated effects.
 //! - `command_info.rs`, `stats.rs`: `COMMAND INFO`/`DOCS`, and `INFO lock`.
 //! - `events.rs`, `config.rs`, `clock.rs`: server events, configuration, the two clocks.
 
 mod args;
 mod clock;
 mod command_info;
+mod command_table;
 mod commands;
 mod config;
 mod error;
@@ -23,6 +26,7 @@ mod fence;
 mod keyspace;
 mod lock;
 mod persistence;
+mod replication;
 mod stats;
 mod waiters;
 
@@ -51,6 +55,10 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         ctx.log_warning(e);
         return Status::Err;
     }
+    if let Err(e) = command_table::register(ctx) {
+        ctx.log_warning(&e);
+        return Status::Err;
+    }
     if let Err(e) = command_info::describe(ctx) {
         ctx.log_warning(&e);
         return Status::Err;
@@ -67,14 +75,8 @@ redis_module! {
     // older servers log that they do not and load the module all the same.
     acl_categories: ["lock",],
     init: init,
-    commands: [
-        ["lock.acquire", commands::acquire, "write deny-oom fast blocking", 1, 1, 1, "", "lock"],
-        ["lock.release", commands::release, "write deny-oom fast", 1, 1, 1, "", "lock"],
-        ["lock.extend", commands::extend, "write deny-oom fast", 1, 1, 1, "", "lock"],
-        ["lock.fence", commands::fence, "write deny-oom fast", 1, 1, 1, "", "lock"],
-        ["lock.info", commands::info, "readonly fast", 1, 1, 1, "", "lock"],
-        ["lock.apply", commands::apply, "write", 1, 1, 1, "", "lock"],
-    ],
+    // The commands are registered by init, from command_table.rs.
+    commands: [],
     event_handlers: [
         [@GENERIC: events::on_keyspace_event],
     ],

@@ -1,0 +1,102 @@
+//! Whether anything reads the stream of effects this server propagates.
+//!
+//! A lock's state goes to replicas and the AOF as `LOCK.APPLY`, built by
+//! `RedisModule_Replicate`, which looks the command up by name and copies every argument
+//! before Redis checks whether anyone will read them (`shouldPropagate` in `server.c`:
+//! the AOF is on, or this master has replicas or a replication backlog). On a master with
+//! neither, Redis throws that work away, and it was the largest single cost of an acquire
+//! (about 15% of the server's instructions per acquire + release, by callgrind).
+//!
+//! So the module keeps its own answer to the same question, erring towards "read":
+//! - It starts as "read", and is set back to it whenever a reader may have appeared: a
+//!   fork (every full synchronisation of a replica and every AOF rewrite begins with one,
+//!   and a replica's copy of the data starts at that fork), a role change (a promoted
+//!   replica keeps its backlog), and the end of a load.
+//! - Only the cron clears it, once a second, when `INFO` shows a master with no replicas,
+//!   no replication backlog and the AOF off. A reader that appears later can only do so
+//!   through a fork, a role change or a load, which set it back before the next command.
+//!
+//! While it is clear, a change is propagated with `RedisModule_ReplicateVerbatim`, which
+//! costs nothing to build and which Redis discards for the same reason; it still counts
+//! the change towards `save` points, as any propagation does.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use std::ffi::CStr;
+
+use redis_module::{raw, Context};
+
+static READ: AtomicBool = AtomicBool::new(true);
+
+/// Cron ticks between two looks at `INFO` (the cron runs `hz` times a second, 10 by default).
+const CHECK_EVERY: u32 = 10;
+static TICKS: AtomicU32 = AtomicU32::new(0);
+
+/// Whether a propagated effect may reach a replica or the AOF.
+pub fn stream_is_read() -> bool {
+    READ.load(Ordering::Relaxed)
+}
+
+/// A fork, a role change or a load: a reader may have appeared.
+pub fn reader_may_have_appeared() {
+    READ.store(true, Ordering::Relaxed);
+}
+
+pub fn on_cron(ctx: &Context) {
+    if TICKS.fetch_add(1, Ordering::Relaxed) % CHECK_EVERY != 0 {
+        return;
+    }
+    if stream_is_read() && nobody_reads(ctx) {
+        READ.store(false, Ordering::Relaxed);
+    }
+}
+
+/// True only if `INFO` positively shows a master with no replica, no backlog and the AOF
+/// off. A field that is missing or reads otherwise (another server, another version) keeps
+/// the stream read.
+fn nobody_reads(ctx: &Context) -> bool {
+    let replication = Info::read(ctx, c"replication");
+    let persistence = Info::read(ctx, c"persistence");
+    replication.is(c"role", b"master")
+        && replication.is(c"connected_slaves", b"0")
+        && replication.is(c"repl_backlog_active", b"0")
+        && persistence.is(c"aof_enabled", b"0")
+}
+
+/// One section of `INFO`. The crate's `ServerInfo::field` retains the string Redis returns
+/// on top of the reference it already owns, which leaks it; the C-string accessor borrows
+/// from the section instead.
+struct Info {
+    ctx: *mut raw::RedisModuleCtx,
+    data: *mut raw::RedisModuleServerInfoData,
+}
+
+impl Info {
+    fn read(ctx: &Context, section: &CStr) -> Info {
+        // SAFETY: ctx.ctx is the live context of the cron callback; `section` is
+        // NUL-terminated. The data is freed in Drop.
+        let data = unsafe { raw::RedisModule_GetServerInfo.unwrap()(ctx.ctx, section.as_ptr()) };
+        Info { ctx: ctx.ctx, data }
+    }
+
+    fn is(&self, field: &CStr, want: &[u8]) -> bool {
+        if self.data.is_null() {
+            return false;
+        }
+        // SAFETY: data is live until Drop; the returned C string (or null) is owned by it and
+        // read before Drop.
+        let value =
+            unsafe { raw::RedisModule_ServerInfoGetFieldC.unwrap()(self.data, field.as_ptr()) };
+        // SAFETY: a non-null value is a NUL-terminated string inside `data`.
+        !value.is_null() && unsafe { CStr::from_ptr(value) }.to_bytes() == want
+    }
+}
+
+impl Drop for Info {
+    fn drop(&mut self) {
+        if !self.data.is_null() {
+            // SAFETY: data came from GetServerInfo with this context and is freed once.
+            unsafe { raw::RedisModule_FreeServerInfo.unwrap()(self.ctx, self.data) };
+        }
+    }
+}
