@@ -77,7 +77,7 @@ unsafe extern "C" fn on_fork(
     subevent: u64,
     _: *mut c_void,
 ) {
-    if subevent == u64::from(raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN) {
+    if subevent == raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN {
         replication::reader_may_have_appeared();
     }
 }
