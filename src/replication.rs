@@ -43,7 +43,10 @@ pub fn reader_may_have_appeared() {
 }
 
 pub fn on_cron(ctx: &Context) {
-    if !TICKS.fetch_add(1, Ordering::Relaxed).is_multiple_of(CHECK_EVERY) {
+    if !TICKS
+        .fetch_add(1, Ordering::Relaxed)
+        .is_multiple_of(CHECK_EVERY)
+    {
         return;
     }
     if stream_is_read() && nobody_reads(ctx) {
