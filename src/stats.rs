@@ -63,6 +63,11 @@ fn info_section(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         ("lease_ends", LEASE_ENDS.get()),
         ("grants", GRANTS.get()),
         ("wait_timeouts", WAIT_TIMEOUTS.get()),
+        // 0 on a master with no replica, backlog or AOF (see replication.rs).
+        (
+            "propagating",
+            i64::from(crate::replication::stream_is_read()),
+        ),
     ];
     // An empty section name is the module's default section, `# lock`.
     let mut section = ctx.builder().add_section("");
