@@ -1,8 +1,16 @@
 //! The two clocks of the module. Leases and waits run on the monotonic clock, so that a step
 //! of the wall clock neither ends them early nor stretches them (SPEC guarantee 2). The wall
-//! clock appears only where a deadline leaves the process: RDB, AOF and replication carry
-//! absolute Unix-millisecond deadlines, converted back to monotonic ones when read.
+//! clock appears only where a deadline leaves the process (RDB, AOF and replication carry
+//! absolute Unix-millisecond deadlines, converted back to monotonic ones when read) and in
+//! the floor under fences.
+//!
+//! Each command reads the monotonic clock once. The wall clock is derived from it, through
+//! the offset between the two that the cron re-reads ten times a second: a clock read costs
+//! as much as a tenth of an acquire here (perf), and a derived wall clock also moves
+//! smoothly between two reads. A step of the wall clock reaches fences and propagated
+//! deadlines at the next cron tick, within 100 ms.
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -15,16 +23,41 @@ pub struct Now {
     pub wall: i64,
 }
 
+/// Unix microseconds minus `mono` at the last `sync_wall`; `UNSET` before the first.
+static WALL_OFFSET_US: AtomicI64 = AtomicI64::new(UNSET);
+const UNSET: i64 = i64::MIN;
+
 pub fn now() -> Now {
+    let mono = mono_us();
+    let mut offset = WALL_OFFSET_US.load(Ordering::Relaxed);
+    if offset == UNSET {
+        offset = sync_wall();
+    }
+    Now {
+        mono,
+        wall: (mono as i64 + offset).div_euclid(1000),
+    }
+}
+
+/// Re-reads the wall clock's offset from the monotonic one (the cron calls this every tick).
+pub fn sync_wall() -> i64 {
+    let mono = mono_us();
+    let wall_us = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64 * 1_000_000 + i64::from(d.subsec_micros()));
+    let offset = wall_us - mono as i64;
+    WALL_OFFSET_US.store(offset, Ordering::Relaxed);
+    offset
+}
+
+fn mono_us() -> u64 {
     static ORIGIN: OnceLock<Instant> = OnceLock::new();
     let origin = *ORIGIN.get_or_init(Instant::now);
     // Start the monotonic count well above zero, so that a deadline converted from a wall
-    // time in the past stays a positive number rather than saturating at 0.
-    let mono = origin.elapsed().as_micros() as u64 + MONO_BASE;
-    let wall = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
-    Now { mono, wall }
+    // time in the past stays a positive number rather than saturating at 0. Seconds and
+    // microseconds rather than as_micros(), which divides in u128.
+    let since = origin.elapsed();
+    since.as_secs() * 1_000_000 + u64::from(since.subsec_micros()) + MONO_BASE
 }
 
 /// Far enough above zero that a deadline converted from a wall time long past (ten years of

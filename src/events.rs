@@ -40,6 +40,7 @@ pub fn subscribe(ctx: &Context) -> Result<(), &'static str> {
 /// event loop's monotonic timers), and the replica's pruning of the expiry index.
 #[cron_event_handler]
 fn on_cron(ctx: &Context, _hz: u64) {
+    crate::clock::sync_wall();
     expiry::on_cron(ctx);
     replication::on_cron(ctx);
 }
