@@ -202,7 +202,8 @@ pub fn has_orphans() -> bool {
 }
 
 pub fn take_orphans() -> Vec<u64> {
-    if !HAS_ORPHANS.swap(false, Ordering::AcqRel) {
+    // Every command asks: a plain load first spares it a read-modify-write.
+    if !HAS_ORPHANS.load(Ordering::Acquire) || !HAS_ORPHANS.swap(false, Ordering::AcqRel) {
         return Vec::new();
     }
     std::mem::take(&mut *ORPHANS.lock().unwrap_or_else(|e| e.into_inner()))
