@@ -41,9 +41,9 @@ pub fn now() -> Now {
 /// Re-reads the wall clock's offset from the monotonic one (the cron calls this every tick).
 pub fn sync_wall() -> i64 {
     let mono = mono_us();
-    let wall_us = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64 * 1_000_000 + i64::from(d.subsec_micros()));
+    let wall_us = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| {
+        d.as_secs() as i64 * 1_000_000 + i64::from(d.subsec_micros())
+    });
     let offset = wall_us - mono as i64;
     WALL_OFFSET_US.store(offset, Ordering::Relaxed);
     offset
