@@ -14,6 +14,8 @@
 //! thread (`FLUSHALL ASYNC`) is never read after it is gone.
 
 use std::collections::BTreeSet;
+
+use crate::block_set::BlockSet;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -26,7 +28,7 @@ use crate::lock::Lock;
 #[derive(Debug, Default)]
 pub struct ExpiryIndex {
     /// (deadline, lock address).
-    leases: BTreeSet<(u64, usize)>,
+    leases: BlockSet<(u64, usize)>,
     /// (deadline, waiter id) of clients blocked with a `WAIT` timeout.
     waits: BTreeSet<(u64, u64)>,
 }
@@ -34,7 +36,7 @@ pub struct ExpiryIndex {
 impl ExpiryIndex {
     pub const fn new() -> Self {
         ExpiryIndex {
-            leases: BTreeSet::new(),
+            leases: BlockSet::new(),
             waits: BTreeSet::new(),
         }
     }

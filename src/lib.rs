@@ -7,13 +7,15 @@
 //! - `command_table.rs`: the commands' names and flags, and how Redis calls them.
 //! - `waiters.rs`: clients blocked in `LOCK.ACQUIRE … WAIT`.
 //! - `persistence.rs`: the data type's RDB, AOF and memory callbacks.
-//! - `expiry.rs`: lease and wait deadlines, from one index, one timer and the cron backstop.
+//! - `expiry.rs`: lease and wait deadlines, from one index, one timer and the cron backstop;
+//!   `block_set.rs` is the ordered set the index keeps leases in.
 //! - `keyspace.rs`: keyspace and propagation calls the crate has no safe wrapper for.
 //! - `replication.rs`: whether anything reads the propagated effects.
 //! - `command_info.rs`, `stats.rs`: `COMMAND INFO`/`DOCS`, and `INFO lock`.
 //! - `events.rs`, `config.rs`, `clock.rs`: server events, configuration, the two clocks.
 
 mod args;
+mod block_set;
 mod clock;
 mod command_info;
 mod command_table;

@@ -27,6 +27,8 @@ const COUNTERS: [&str; 8] = [
     "wait_timeouts",
 ];
 const GAUGES: [&str; 2] = ["held", "waiting_clients"];
+/// A state, 0 or 1 (tests/propagation.rs follows it).
+const STATES: [&str; 1] = ["propagating"];
 
 /// A note that `cargo test` does not swallow.
 fn note(msg: &str) {
@@ -57,7 +59,12 @@ fn lock_stats(con: &mut Connection) -> BTreeMap<String, i64> {
         assert!(m.insert(k.to_string(), v).is_none(), "duplicate: {line}");
     }
     let names: Vec<&str> = m.keys().map(String::as_str).collect();
-    let mut want: Vec<&str> = COUNTERS.iter().chain(GAUGES.iter()).copied().collect();
+    let mut want: Vec<&str> = COUNTERS
+        .iter()
+        .chain(GAUGES.iter())
+        .chain(STATES.iter())
+        .copied()
+        .collect();
     want.sort_unstable();
     assert_eq!(names, want, "INFO lock fields:\n{text}");
     m
