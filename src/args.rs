@@ -113,7 +113,17 @@ fn integer(bytes: &[u8]) -> Option<i64> {
     if !well_formed {
         return None;
     }
-    std::str::from_utf8(bytes).ok()?.parse().ok()
+    // Accumulated negative, so that i64::MIN fits; checked, so that overflow is None.
+    let negative = digits.len() != bytes.len();
+    let mut n: i64 = 0;
+    for &d in digits {
+        n = n.checked_mul(10)?.checked_sub(i64::from(d - b'0'))?;
+    }
+    if negative {
+        Some(n)
+    } else {
+        n.checked_neg()
+    }
 }
 
 #[cfg(test)]
@@ -215,7 +225,16 @@ mod tests {
         assert_eq!(integer(b"-12"), Some(-12));
         assert_eq!(integer(b"9223372036854775807"), Some(i64::MAX));
         assert_eq!(integer(b"9223372036854775808"), None);
+        assert_eq!(integer(b"-9223372036854775808"), Some(i64::MIN));
+        assert_eq!(integer(b"-9223372036854775809"), None);
+        assert_eq!(integer(b"99999999999999999999"), None);
+        assert_eq!(integer(b"007"), None);
+        assert_eq!(integer(b"1x"), None);
+        assert_eq!(integer(b""), None);
         assert_eq!(integer(b"-"), None);
+        for n in [1i64, 42, 86_400_000, -5, 1_796_011_764_123] {
+            assert_eq!(integer(n.to_string().as_bytes()), Some(n));
+        }
     }
 
     #[test]
