@@ -8,7 +8,6 @@
 
 use std::ffi::CStr;
 
-use redis_module::key::RedisKeyWritable;
 use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
 use crate::args;
@@ -17,7 +16,9 @@ use crate::config;
 use crate::error::LockError;
 use crate::expiry::{self, LeaseEnd};
 use crate::fence::server_fences;
-use crate::keyspace::{self, key_in_db, replicate_state, selected_db, signal_modified, TokenArg};
+use crate::keyspace::{
+    self, key_in_db, replicate_state, selected_db, signal_modified, LockKey, TokenArg,
+};
 use crate::lock::{Acquire, Grant, Lock, Vacated};
 use crate::persistence::LOCK_TYPE;
 use crate::stats;
@@ -65,17 +66,16 @@ impl<'a> Call<'a> {
     }
 }
 
-fn lock_at(key: &RedisKeyWritable) -> Result<Option<&mut Lock>, LockError> {
-    key.get_value::<Lock>(&LOCK_TYPE)
-        .map_err(|_| LockError::WrongType)
+fn lock_at(key: &LockKey) -> Result<Option<&mut Lock>, LockError> {
+    key.lock()
 }
 
 /// Puts a new lock at an empty key and returns it at its final address, which the expiry
 /// index records.
-fn store(key: &RedisKeyWritable, lock: Lock) -> Result<&mut Lock, RedisError> {
-    key.set_value(&LOCK_TYPE, lock)?;
+fn store(key: &LockKey, lock: Lock) -> Result<&mut Lock, LockError> {
+    let lock = key.store(lock)?;
     stats::lock_created();
-    lock_at(key)?.ok_or(RedisError::Str("ERR lock vanished after it was stored"))
+    Ok(lock)
 }
 
 /// A change that clients can see: counted in `INFO lock`, and announced as a keyspace event
@@ -158,13 +158,7 @@ fn deliver(
 
 /// Ends `lock`'s lease if it is due, exactly as the sweep would: counted and announced, then
 /// granted to the head of the queue or the key removed. True if it ended.
-fn end_if_due(
-    ctx: &Context,
-    key: &RedisKeyWritable,
-    name: &RedisString,
-    lock: &mut Lock,
-    now: Now,
-) -> bool {
+fn end_if_due(ctx: &Context, key: &LockKey, name: &RedisString, lock: &mut Lock, now: Now) -> bool {
     let old = lock.deadline();
     let Some(v) = lock.end_lease(now, &mut server_fences()) else {
         return false;
@@ -179,7 +173,7 @@ fn end_if_due(
 /// queue and every lease end is counted once.
 fn current_lock<'k>(
     ctx: &Context,
-    key: &'k RedisKeyWritable,
+    key: &'k LockKey,
     name: &RedisString,
     now: Now,
 ) -> Result<Option<&'k mut Lock>, LockError> {
@@ -206,7 +200,7 @@ enum Removal {
 #[allow(clippy::too_many_arguments)]
 fn vacated(
     ctx: &Context,
-    key: &RedisKeyWritable,
+    key: &LockKey,
     name: &RedisString,
     lock: &Lock,
     v: Vacated,
@@ -219,13 +213,12 @@ fn vacated(
         Vacated::Free => {
             // Out of the index first: the free callback looks for the current deadline.
             expiry::track(ctx, lock, Some(old), None, now);
-            if key.delete().is_ok() {
-                match removal {
-                    Removal::Del => keyspace::replicate_del(ctx, name),
-                    Removal::Verbatim => ctx.replicate_verbatim(),
-                }
-                signal_modified(ctx, name);
+            key.delete();
+            match removal {
+                Removal::Del => keyspace::replicate_del(ctx, name),
+                Removal::Verbatim => ctx.replicate_verbatim(),
             }
+            signal_modified(ctx, name);
         }
     }
 }
@@ -246,7 +239,7 @@ pub fn acquire(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let a = args::acquire(call.rest(), config::max_ttl())?;
     wake_orphans();
     let now = clock::now();
-    let key = ctx.open_key_writable(call.key);
+    let key = LockKey::open(ctx, call.key);
     let Some(lock) = current_lock(ctx, &key, call.key, now)? else {
         let db = selected_db(ctx);
         let (lock, fence) = Lock::acquired(
@@ -313,7 +306,7 @@ pub fn release(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let token = args::token_only(call.rest())?;
     wake_orphans();
     let now = clock::now();
-    let key = ctx.open_key_writable(call.key);
+    let key = LockKey::open(ctx, call.key);
     if from_master_or_aof(ctx) {
         // A release the master propagated: it succeeded there, and this server's clock
         // (a replica's, or a restart's) must not overrule it. Nobody waits here.
@@ -351,7 +344,7 @@ pub fn extend(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let (token, ttl) = args::extend(call.rest(), config::max_ttl())?;
     wake_orphans();
     let now = clock::now();
-    let key = ctx.open_key_writable(call.key);
+    let key = LockKey::open(ctx, call.key);
     let Some(lock) = current_lock(ctx, &key, call.key, now)? else {
         return Ok(RedisValue::Integer(0));
     };
@@ -377,7 +370,7 @@ pub fn fence(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let token = args::token_only(call.rest())?;
     wake_orphans();
     let now = clock::now();
-    let key = ctx.open_key_writable(call.key);
+    let key = LockKey::open(ctx, call.key);
     let Some(lock) = current_lock(ctx, &key, call.key, now)? else {
         return Ok(RedisValue::Null);
     };
@@ -450,7 +443,7 @@ pub fn apply(ctx: &Context, args: &[RedisString]) -> RedisResult {
         return Err(LockError::BadApply("deadline").into());
     }
     let deadline = now.to_mono(a.deadline_unix_ms);
-    let key = ctx.open_key_writable(call.key);
+    let key = LockKey::open(ctx, call.key);
     let (lock, old) = match lock_at(&key)? {
         Some(lock) => {
             let old = lock.deadline();
@@ -473,7 +466,7 @@ pub fn apply(ctx: &Context, args: &[RedisString]) -> RedisResult {
 /// Called by the expiry sweep for the lock at address `lock_at_address`, found under
 /// `name`, whose lease deadline came up.
 pub fn end_lease(ctx: &Context, name: &RedisString, lock_at_address: usize, now: Now) -> LeaseEnd {
-    let key = ctx.open_key_writable(name);
+    let key = LockKey::open(ctx, name);
     let Ok(Some(lock)) = lock_at(&key) else {
         return LeaseEnd::Stale;
     };
@@ -497,7 +490,7 @@ fn dequeue(ctx: &Context, id: u64, outcome: Outcome) -> bool {
         return false;
     };
     if let Some(name) = key_in_db(ctx, db, &key) {
-        if let Ok(Some(lock)) = lock_at(&ctx.open_key_writable(&name)) {
+        if let Ok(Some(lock)) = lock_at(&LockKey::open(ctx, &name)) {
             lock.remove_waiter(id);
         }
     }
@@ -533,7 +526,7 @@ pub fn waiter_gone(ctx: &Context, gone: Gone) {
     let Some(name) = key_in_db(ctx, gone.db, &gone.key) else {
         return;
     };
-    let key = ctx.open_key_writable(&name);
+    let key = LockKey::open(ctx, &name);
     let Ok(Some(lock)) = lock_at(&key) else {
         return;
     };

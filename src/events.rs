@@ -12,8 +12,7 @@ use redis_module_macros::{
 };
 
 use crate::expiry;
-use crate::lock::Lock;
-use crate::persistence::LOCK_TYPE;
+use crate::keyspace::LockKey;
 use crate::replication;
 use crate::waiters;
 
@@ -107,8 +106,8 @@ pub fn on_keyspace_event(ctx: &Context, _: NotifyEvent, event: &str, key: &[u8])
         return;
     }
     let name = redis_module::RedisString::create_from_slice(ctx.ctx, key);
-    let handle = ctx.open_key_writable(&name);
-    if let Ok(Some(lock)) = handle.get_value::<Lock>(&LOCK_TYPE) {
+    let handle = LockKey::open(ctx, &name);
+    if let Ok(Some(lock)) = handle.lock() {
         lock.relocate(key, crate::keyspace::selected_db(ctx));
         expiry::ensure_armed(ctx);
     }

@@ -1,13 +1,92 @@
-//! The few keyspace calls the crate has no safe wrapper for: which database a context has
-//! selected, selecting one from a callback, telling `WATCH` a key changed, and propagating
-//! a lock's state without building Rust strings for it.
+//! The few keyspace calls the crate has no safe wrapper for: a key handle that sees its value
+//! as a lock, which database a context has selected, selecting one from a callback, telling
+//! `WATCH` a key changed, and propagating a lock's state without building Rust strings for it.
 
 use std::ffi::CStr;
-use std::os::raw::{c_char, c_int};
+use std::os::raw::{c_char, c_int, c_void};
 
 use redis_module::{raw, Context, RedisString};
 
+use crate::error::LockError;
+use crate::lock::Lock;
+use crate::persistence::LOCK_TYPE;
 use crate::replication;
+
+/// A key opened for reading and writing, whose value is a lock or nothing.
+///
+/// The crate's `RedisKeyWritable` checks the value's type with two calls and a `RefCell`
+/// borrow on every access, and an acquire made three (find, store, find again); here it is
+/// one call, and storing hands back the lock without looking it up again.
+pub struct LockKey {
+    key: *mut raw::RedisModuleKey,
+}
+
+impl LockKey {
+    pub fn open(ctx: &Context, name: &RedisString) -> LockKey {
+        let mode = (raw::REDISMODULE_READ | raw::REDISMODULE_WRITE) as c_int;
+        // SAFETY: ctx.ctx and name.inner are live; Redis returns a handle (never null in
+        // write mode) that stays valid until CloseKey in Drop.
+        let key = unsafe { raw::RedisModule_OpenKey.unwrap()(ctx.ctx, name.inner, mode) };
+        LockKey { key: key.cast() }
+    }
+
+    /// The lock stored at this key, `None` if the key is empty. The lock belongs to the
+    /// keyspace, not to the handle: the borrow only keeps the handle open while it is used.
+    #[allow(clippy::mut_from_ref)]
+    pub fn lock(&self) -> Result<Option<&mut Lock>, LockError> {
+        // SAFETY: the handle is open. A value of the lock type was stored by `store` as a
+        // Box<Lock> and is only freed by Redis through the type's free callback.
+        unsafe {
+            if raw::RedisModule_ModuleTypeGetType.unwrap()(self.key) == lock_type() {
+                let value = raw::RedisModule_ModuleTypeGetValue.unwrap()(self.key);
+                return Ok(Some(&mut *value.cast::<Lock>()));
+            }
+            if raw::RedisModule_KeyType.unwrap()(self.key)
+                == raw::REDISMODULE_KEYTYPE_EMPTY as c_int
+            {
+                return Ok(None);
+            }
+        }
+        Err(LockError::WrongType)
+    }
+
+    /// Stores `lock` at this empty key and returns it at its final address.
+    #[allow(clippy::mut_from_ref)]
+    pub fn store(&self, lock: Lock) -> Result<&mut Lock, LockError> {
+        let value = Box::into_raw(Box::new(lock));
+        // SAFETY: the handle is open for writing; on success Redis owns `value` and frees it
+        // through the type's free callback, on failure it is still ours.
+        unsafe {
+            let status = raw::RedisModule_ModuleTypeSetValue.unwrap()(
+                self.key,
+                lock_type(),
+                value.cast::<c_void>(),
+            );
+            if status != raw::REDISMODULE_OK as c_int {
+                drop(Box::from_raw(value));
+                return Err(LockError::WrongType);
+            }
+            Ok(&mut *value)
+        }
+    }
+
+    /// Deletes the key (its lock goes through the type's free callback).
+    pub fn delete(&self) {
+        // SAFETY: the handle is open for writing.
+        unsafe { raw::RedisModule_DeleteKey.unwrap()(self.key) };
+    }
+}
+
+impl Drop for LockKey {
+    fn drop(&mut self) {
+        // SAFETY: opened in `open`, closed once.
+        unsafe { raw::RedisModule_CloseKey.unwrap()(self.key) };
+    }
+}
+
+fn lock_type() -> *mut raw::RedisModuleType {
+    *LOCK_TYPE.raw_type.borrow()
+}
 
 pub fn selected_db(ctx: &Context) -> i32 {
     // SAFETY: ctx.ctx is the live context of the running command or callback.
