@@ -211,9 +211,7 @@ fn vacated(
     match v {
         Vacated::Granted(grant) => deliver(ctx, name, lock, grant, Some(old), now),
         Vacated::Free => {
-            // Out of the index first: the free callback looks for the current deadline.
-            expiry::track(ctx, lock, Some(old), None, now);
-            key.delete();
+            expiry::remove_and_delete(lock, old, || key.delete());
             match removal {
                 Removal::Del => keyspace::replicate_del(ctx, name),
                 Removal::Verbatim => ctx.replicate_verbatim(),

@@ -13,6 +13,7 @@
 //! index's mutex is held, which the free callback also takes: a lock freed on a background
 //! thread (`FLUSHALL ASYNC`) is never read after it is gone.
 
+use std::cell::Cell;
 use std::collections::BTreeSet;
 
 use crate::block_set::BlockSet;
@@ -147,9 +148,29 @@ pub fn ensure_armed(ctx: &Context) {
 
 /// Removes a lock's entry; the type's free callback calls this before the memory goes.
 pub fn forget(lock: &Lock) {
+    if DELETING.get() == address(lock) {
+        return; // taken out by `remove_and_delete`, which is deleting its key right now
+    }
     driver()
         .index
         .move_lease(address(lock), Some(lock.deadline()), None);
+}
+
+thread_local! {
+    /// The lock whose key `remove_and_delete` is deleting on this thread, if any.
+    static DELETING: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Takes out the entry of `lock` (indexed under `deadline`), then runs `delete`, which
+/// deletes its key. The free callback that runs inside `delete` then has nothing to look
+/// for, which spares every release a second lock of the index. A free that Redis defers to
+/// a background thread does not see the mark and looks (in vain) as before.
+pub fn remove_and_delete(lock: &Lock, deadline: u64, delete: impl FnOnce()) {
+    let at = address(lock);
+    driver().index.move_lease(at, Some(deadline), None);
+    DELETING.set(at);
+    delete();
+    DELETING.set(0);
 }
 
 /// Indexes the wait deadline of waiter `id`.
