@@ -34,15 +34,18 @@
 //!   3. A batch of 16 is one pipelined round trip per step (16 acquires, then 16 releases);
 //!   a batch of 1 is one command per round trip, so a cycle there is two round trips.
 //! - `ops/s` = ops completed in the measurement windows / their length (each window follows a
-//!   warm-up). A variant runs in 3 rounds interleaved with its baselines (A B C, C B A,
-//!   A B C); `spread` is (max − min) / mean of its rounds' ops/s, a gauge of the noise.
+//!   warm-up). A variant runs in 5 rounds interleaved with its baselines (A B C, C B A,
+//!   A B C, …); `spread` is (max − min) / mean of its rounds' ops/s, a gauge of the noise.
+//!   The contended schemes and 6b run in 3 rounds the same way.
 //!   `p50/p99/p999` are the latencies of one whole batch in µs (hdrhistogram).
 //! - `srv µs/op` is the server's CPU time (user + sys from `INFO cpu`) over the window divided
 //!   by the ops; `srv cpu` is that CPU time over the window's length (100% = one core busy).
 //!   Client and server share a 2-core machine: when `srv cpu` is well below 100% the client
 //!   is the bottleneck, and `srv µs/op` is the fairer comparison.
 //! - Ratios are "this row relative to that baseline", higher = better for the row: for
-//!   throughput `ops/s ÷ baseline ops/s`, for CPU `baseline µs/op ÷ row µs/op`.
+//!   throughput `ops/s ÷ baseline ops/s`, for CPU `baseline µs/op ÷ row µs/op`, each taken
+//!   per round against the baseline's round next to it, and the median over rounds reported
+//!   (a slow spell of the shared machine then hits both halves of a pair).
 //! - At the end, each target of issue 4 is checked against the measurements.
 //! - Everything is also written to `bench-results.json` at the crate root.
 //!
@@ -71,7 +74,9 @@ const CONNS: usize = 4;
 const DEPTHS: [usize; 2] = [1, 16];
 /// Each variant of a throughput table runs this many times, interleaved with its baselines
 /// (A B C, C B A, A B C), so that drift of the machine hits all of them alike.
-const ROUNDS: usize = 3;
+const ROUNDS: usize = 5;
+/// Rounds of the contended schemes and of 6b (which loads a million locks per round).
+const FEW_ROUNDS: usize = 3;
 /// Measurement window of one round of a throughput phase, after its warm-up.
 const PHASE: Duration = Duration::from_secs(1);
 const WARMUP: Duration = Duration::from_millis(300);
@@ -465,6 +470,8 @@ struct Measured {
     errors: u64,
     /// ops/s of each round.
     rounds: Vec<f64>,
+    /// Server CPU µs per op of each round.
+    round_cpu: Vec<f64>,
 }
 
 impl Measured {
@@ -478,6 +485,7 @@ impl Measured {
             cpu_secs: 0.0,
             errors: 0,
             rounds: Vec::new(),
+            round_cpu: Vec::new(),
         }
     }
     /// Adds one more round of the same phase.
@@ -488,6 +496,7 @@ impl Measured {
         self.errors += round.errors;
         self.hist.add(&round.hist).unwrap();
         self.rounds.extend(round.rounds);
+        self.round_cpu.extend(round.round_cpu);
     }
     /// (max − min) / mean of the rounds' ops/s: how far one round can be trusted (NaN for
     /// a single round).
@@ -644,6 +653,7 @@ fn run_phase(
         m.hist.add(&r.hist).unwrap();
     }
     m.rounds.push(m.rate());
+    m.round_cpu.push(m.cpu_us_per_op());
     eprintln!(
         "  {:<44} batch {:>2}: {:>10.0} ops/s  (server cpu {:>3.0}%)",
         label,
@@ -652,6 +662,29 @@ fn run_phase(
         m.cpu_util() * 100.0
     );
     m
+}
+
+/// The median over rounds of `a`'s ops/s over `b`'s in the same round. Rounds of a variant
+/// and its baselines run next to each other, so a slow spell of a shared machine shows in
+/// both halves of a pair; one long aggregate would carry it into the ratio.
+fn throughput_ratio(a: &Measured, b: &Measured) -> f64 {
+    paired_median(&a.rounds, &b.rounds)
+}
+
+/// As `throughput_ratio`, for server CPU per op (`b`'s over `a`'s: above 1 means `a` costs less).
+fn cpu_ratio(a: &Measured, b: &Measured) -> f64 {
+    paired_median(&b.round_cpu, &a.round_cpu)
+}
+
+fn paired_median(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len(), "rounds to pair");
+    let mut r: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
+    r.sort_by(f64::total_cmp);
+    match r.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => r[n / 2],
+        n => (r[n / 2 - 1] + r[n / 2]) / 2.0,
+    }
 }
 
 /// A table row: a measurement, its short name for ratios, and the rows it is compared to.
@@ -671,7 +704,7 @@ impl Table {
     /// This row's throughput and server-CPU ratios to row `j`.
     fn ratios(&self, i: usize, j: usize) -> (f64, f64) {
         let (a, b) = (&self.rows[i].m, &self.rows[j].m);
-        (a.rate() / b.rate(), b.cpu_us_per_op() / a.cpu_us_per_op())
+        (throughput_ratio(a, b), cpu_ratio(a, b))
     }
 
     fn print(&self) {
@@ -949,9 +982,28 @@ struct Contended {
     violations: u64,
     errors: u64,
     cpu_secs: f64,
+    /// Hand-offs/s of each round.
+    rounds: Vec<f64>,
 }
 
 impl Contended {
+    fn absorb(&mut self, round: Contended) {
+        self.secs += round.secs;
+        for (sum, n) in self.per_client.iter_mut().zip(&round.per_client) {
+            *sum += n;
+        }
+        self.handoffs += round.handoffs;
+        self.max_wait = self.max_wait.max(round.max_wait);
+        self.waits.add(&round.waits).unwrap();
+        self.violations += round.violations;
+        self.errors += round.errors;
+        self.cpu_secs += round.cpu_secs;
+        self.rounds.extend(round.rounds);
+    }
+    /// Median over rounds of this scheme's hand-offs/s over `b`'s in the same round.
+    fn handoff_ratio(&self, b: &Contended) -> f64 {
+        paired_median(&self.rounds, &b.rounds)
+    }
     fn acquisitions(&self) -> u64 {
         self.per_client.iter().sum()
     }
@@ -968,10 +1020,7 @@ impl Contended {
         let vs = all.iter().filter(|b| b.short != self.short).map(|b| {
             obj(vec![
                 ("baseline", b.label.into()),
-                (
-                    "handoff_ratio",
-                    (self.handoff_rate() / b.handoff_rate()).into(),
-                ),
+                ("handoff_ratio", self.handoff_ratio(b).into()),
             ])
         });
         obj(vec![
@@ -1052,10 +1101,12 @@ fn run_contended(
         violations: res.violations.load(SeqCst),
         errors: results.iter().map(|r| r.errors).sum::<u64>() + u64::from(left != Value::Nil),
         cpu_secs: cpu,
+        rounds: Vec::new(),
     };
     for r in &results {
         c.waits.add(&r.waits).unwrap();
     }
+    c.rounds.push(c.handoff_rate());
     eprintln!(
         "  {:<44} {:>10.0} hand-offs/s  (server cpu {:>3.0}%)",
         label,
@@ -1086,7 +1137,7 @@ fn print_contended(all: &[Contended]) {
         let vs: Vec<String> = all
             .iter()
             .filter(|b| b.short != c.short)
-            .map(|b| format!("{} {}", ratio(c.handoff_rate() / b.handoff_rate()), b.short))
+            .map(|b| format!("{} {}", ratio(c.handoff_ratio(b)), b.short))
             .collect();
         println!(
             "  {:<36} {:>11} {:>11} {:>9} {:>9} {:>10} {:>8.4} {:>5} {:>6.0}%  {}",
@@ -1266,7 +1317,7 @@ fn run_held(srv: &Server, s: &Scripts, plan: &Plan) -> Table {
     let (ff, fm) = names("floor cycle");
     let (mut lock_few, mut lock_many) = (Measured::empty(&lf, 16), Measured::empty(&lm, 16));
     let (mut floor_few, mut floor_many) = (Measured::empty(&ff, 16), Measured::empty(&fm, 16));
-    for _ in 0..ROUNDS {
+    for _ in 0..FEW_ROUNDS {
         measure("LOCK cycle", Op::LockCycle, &mut lock_few, &mut lock_many);
         measure(
             "floor cycle",
@@ -1614,7 +1665,9 @@ fn main() {
     println!("  pinning:  {pinning}");
     println!(
         "  phases:   {CONNS} connections; each variant {ROUNDS} rounds interleaved with its \
-         baselines, {:.2}s warm-up + {:.2}s measured per round; contended {:.1}s per scheme",
+         baselines, {:.2}s warm-up + {:.2}s measured per round; contended {FEW_ROUNDS} rounds of \
+         {:.1}s per scheme, 6b {FEW_ROUNDS} rounds\n  ratios:   the median over rounds of each \
+         round's ratio to the baseline round next to it",
         plan.warmup.as_secs_f64(),
         plan.phase.as_secs_f64(),
         plan.contended.as_secs_f64()
@@ -1686,40 +1739,40 @@ fn main() {
 
     // 4: contended.
     eprintln!("4. Contended");
-    let contended = vec![
-        run_contended(
-            &srv,
-            s,
-            &plan,
+    let schemes: [(&'static str, &'static str, Contender); 4] = [
+        (
             "LOCK.ACQUIRE WAIT 0 (blocking FIFO)",
             "WAIT",
             Contender::Wait,
         ),
-        run_contended(
-            &srv,
-            s,
-            &plan,
+        (
             "SET NX PX, poll every 100 ms",
             "100ms poll",
             Contender::Poll(SLOW_POLL),
         ),
-        run_contended(
-            &srv,
-            s,
-            &plan,
+        (
             "SET NX PX, poll every 1 ms",
             "1ms poll",
             Contender::Poll(FAST_POLL),
         ),
-        run_contended(
-            &srv,
-            s,
-            &plan,
-            "SET NX PX + pub/sub wake-up",
-            "pub/sub",
-            Contender::PubSub,
-        ),
+        ("SET NX PX + pub/sub wake-up", "pub/sub", Contender::PubSub),
     ];
+    let mut contended: Vec<Option<Contended>> = schemes.iter().map(|_| None).collect();
+    for round in 0..FEW_ROUNDS {
+        let mut order: Vec<usize> = (0..schemes.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for i in order {
+            let (label, short, kind) = schemes[i];
+            let c = run_contended(&srv, s, &plan, label, short, kind);
+            match &mut contended[i] {
+                Some(sum) => sum.absorb(c),
+                slot => *slot = Some(c),
+            }
+        }
+    }
+    let contended: Vec<Contended> = contended.into_iter().flatten().collect();
 
     // 5, 6.
     let lease = run_lease_end(&srv, &plan);
@@ -1778,8 +1831,8 @@ fn main() {
     let fenced_lua = fenced.find("EVALSHA SET NX PX+INCR, EVALSHA del", 16);
     let acq_lock = acquire.find("LOCK.ACQUIRE", 16);
     let acq_set = acquire.find("SET NX PX", 16);
-    let thr = |a: &Measured, b: &Measured| a.rate() / b.rate();
-    let cpu = |a: &Measured, b: &Measured| b.cpu_us_per_op() / a.cpu_us_per_op();
+    let thr = throughput_ratio;
+    let cpu = cpu_ratio;
     let violations: u64 = contended.iter().map(|c| c.violations).sum();
     let targets = vec![
         target(
@@ -1840,14 +1893,14 @@ fn main() {
         ),
         target(
             "contended hand-offs/s vs 1 ms poll",
-            wait.handoff_rate() / contended[2].handoff_rate(),
+            wait.handoff_ratio(&contended[2]),
             ">=",
             3.0,
             "×",
         ),
         target(
             "contended hand-offs/s vs pub/sub",
-            wait.handoff_rate() / contended[3].handoff_rate(),
+            wait.handoff_ratio(&contended[3]),
             ">=",
             150.0,
             "×",
