@@ -305,7 +305,7 @@ pub fn release(ctx: &Context, args: &[RedisString]) -> RedisResult {
     wake_orphans();
     let now = clock::now();
     let key = LockKey::open(ctx, call.key);
-    if from_master_or_aof(ctx) {
+    if crate::replication::may_replay() && from_master_or_aof(ctx) {
         // A release the master propagated: it succeeded there, and this server's clock
         // (a replica's, or a restart's) must not overrule it. Nobody waits here.
         let Some(lock) = lock_at(&key)?.filter(|l| l.token() == token) else {

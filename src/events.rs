@@ -48,7 +48,7 @@ fn on_cron(ctx: &Context, _hz: u64) {
 /// clients: none of them can be granted a lock here any more.
 #[role_changed_event_handler]
 fn on_role_change(ctx: &Context, role: ServerRole) {
-    replication::reader_may_have_appeared();
+    replication::role_changed(role == ServerRole::Replica);
     if role == ServerRole::Replica {
         crate::commands::unblock_all_waiters(ctx);
     }
@@ -64,9 +64,10 @@ fn on_flush(ctx: &Context, subevent: FlushSubevent) {
 
 #[loading_event_handler]
 fn on_loading(_ctx: &Context, subevent: LoadingSubevent) {
-    if subevent == LoadingSubevent::Ended {
-        replication::reader_may_have_appeared();
-    }
+    replication::loading(matches!(
+        subevent,
+        LoadingSubevent::RdbStarted | LoadingSubevent::AofStarted | LoadingSubevent::ReplStarted
+    ));
 }
 
 /// A child was forked: a replica's full synchronisation or an AOF rewrite may have begun.

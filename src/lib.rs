@@ -53,6 +53,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     ctx.set_module_options(
         ModuleOptions::HANDLE_IO_ERRORS | ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED,
     );
+    replication::init(ctx);
     if let Err(e) = events::subscribe(ctx) {
         ctx.log_warning(e);
         return Status::Err;

@@ -1,4 +1,5 @@
-//! Whether anything reads the stream of effects this server propagates.
+//! Whether anything reads the stream of effects this server propagates, and whether a
+//! command can be a replay of one (from a master, or from the AOF).
 //!
 //! A lock's state goes to replicas and the AOF as `LOCK.APPLY`, built by
 //! `RedisModule_Replicate`, which looks the command up by name and copies every argument
@@ -24,9 +25,15 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use std::ffi::CStr;
 
-use redis_module::{raw, Context};
+use redis_module::{raw, Context, ContextFlags};
 
 static READ: AtomicBool = AtomicBool::new(true);
+
+/// This server is a replica, or is loading: only then can a command be a master's or the
+/// AOF's replay. Kept from the role-change and loading events so that `LOCK.RELEASE` does
+/// not ask Redis for its context flags (a tenth of a release's own cost) on a master.
+static REPLICA: AtomicBool = AtomicBool::new(true);
+static LOADING: AtomicBool = AtomicBool::new(false);
 
 /// Cron ticks between two looks at `INFO` (the cron runs `hz` times a second, 10 by default).
 const CHECK_EVERY: u32 = 10;
@@ -40,6 +47,31 @@ pub fn stream_is_read() -> bool {
 /// A fork, a role change or a load: a reader may have appeared.
 pub fn reader_may_have_appeared() {
     READ.store(true, Ordering::Relaxed);
+}
+
+/// The role at module load (a `replicaof` in the configuration is read before modules).
+pub fn init(ctx: &Context) {
+    let flags = ctx.get_flags();
+    REPLICA.store(flags.contains(ContextFlags::SLAVE), Ordering::Relaxed);
+    LOADING.store(flags.contains(ContextFlags::LOADING), Ordering::Relaxed);
+}
+
+pub fn role_changed(replica: bool) {
+    REPLICA.store(replica, Ordering::Relaxed);
+    reader_may_have_appeared();
+}
+
+pub fn loading(started: bool) {
+    LOADING.store(started, Ordering::Relaxed);
+    if !started {
+        reader_may_have_appeared();
+    }
+}
+
+/// False only where no command can come from a master or the AOF: a master not loading.
+/// Where it is true, the context flags say whether this one does.
+pub fn may_replay() -> bool {
+    REPLICA.load(Ordering::Relaxed) || LOADING.load(Ordering::Relaxed)
 }
 
 pub fn on_cron(ctx: &Context) {
