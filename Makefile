@@ -4,7 +4,7 @@
 MODULE := target/release/libredis_lock.so
 PORT   ?= 6390
 
-.PHONY: all build run test test-quick test-matrix unit check bench leak-check fuzz-long clean deps
+.PHONY: all build run test test-quick test-matrix unit check bench bench-instructions leak-check fuzz-long clean deps
 
 all: build
 
@@ -47,6 +47,11 @@ test-matrix: build
 
 # The module under valgrind memcheck during a scripted workload and some integration tests
 # (about 1-2 minutes; installs valgrind if it can).
+# Server instructions per cycle under callgrind: the repeatable companion of make bench.
+bench-instructions: build
+	@bash scripts/ensure-deps.sh valgrind
+	bash scripts/bench-instructions.sh
+
 leak-check: build
 	@bash scripts/ensure-deps.sh valgrind
 	bash scripts/leak-check.sh
