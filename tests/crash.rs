@@ -654,6 +654,8 @@ fn resource_write(dir: &Path, f: i64) -> bool {
 ///   `after` (its reply was read);
 /// - `S`/`X fence worker t`: the first write accepted / refused as stale;
 /// - `C`/`R fence worker t`: the second write, after the work, accepted / refused;
+/// - `r fence worker t`: `LOCK.RELEASE` is about to be sent, at `t` (a worker killed before it
+///   could note the reply may still have released: its successor can be granted at once);
 /// - `Y`/`N fence worker t`: `LOCK.RELEASE`, sent at `t`, replied 1 / 0 (lease gone).
 fn worker(c: &mut redis::Connection) {
     let id = env_var("REDIS_LOCK_CRASH_WORKER");
@@ -694,6 +696,7 @@ fn worker(c: &mut redis::Connection) {
         let ok = resource_write(dir, f);
         note(if ok { "C" } else { "R" }, f, wall_us().to_string());
         let sent = wall_us();
+        note("r", f, sent.to_string());
         let r: i64 = redis::cmd("LOCK.RELEASE")
             .arg("resource")
             .arg(&tok)
@@ -716,6 +719,8 @@ struct Section {
     refused: u32,
     /// `Some(t, replied 1)`: the release sent at `t`.
     release: Option<(i64, bool)>,
+    /// The release was about to be sent at this time (whether or not its reply was noted).
+    release_sent: Option<i64>,
 }
 
 #[test]
@@ -790,6 +795,7 @@ fn workers_killed_at_random_never_overlap_and_the_resource_sees_increasing_fence
             }
             "S" | "C" => s.accepted += 1,
             "X" | "R" => s.refused += 1,
+            "r" => s.release_sent = Some(num(3)),
             "Y" | "N" => s.release = Some((num(3), p[0] == "Y")),
             _ => panic!("bad log line {line:?}"),
         }
@@ -800,9 +806,10 @@ fn workers_killed_at_random_never_overlap_and_the_resource_sees_increasing_fence
 
     // In fence order, each grant must come after every earlier holder's lease was surely
     // over: a holder that released with reply 1 held a valid lease until it sent the release;
-    // one that did not (killed, or paused past its lease) until at least `before + ttl`.
-    // A grant read before that instant means two valid leases at once, or fences out of
-    // grant order.
+    // one killed after sending its release (noted `r`, reply not noted) until the earlier of
+    // that and `before + ttl`, as the release may have been applied; any other (killed, or
+    // paused past its lease) until at least `before + ttl`. A grant read before that instant
+    // means two valid leases at once, or fences out of grant order.
     let ttl_us = WORK_TTL as i64 * 1000;
     let (mut violations, mut held_until, mut prev) = (0, i64::MIN, None::<&Section>);
     for s in &order {
@@ -818,8 +825,9 @@ fn workers_killed_at_random_never_overlap_and_the_resource_sees_increasing_fence
                 held_until - s.after
             );
         }
-        let valid_until = match s.release {
-            Some((sent, true)) => sent,
+        let valid_until = match (s.release, s.release_sent) {
+            (Some((sent, true)), _) => sent,
+            (None, Some(sent)) => sent.min(s.before + ttl_us),
             _ => s.before + ttl_us,
         };
         held_until = held_until.max(valid_until);
