@@ -9,6 +9,7 @@
 //! a `BTreeMap` of blocks keyed by (a lower bound of) their first element, 64 times smaller than the set.
 
 use std::collections::BTreeMap;
+use std::ops::Bound::{Excluded, Unbounded};
 
 /// Elements per block, a 1 KiB allocation for 16-byte elements.
 const BLOCK: usize = 64;
@@ -105,8 +106,38 @@ impl<T: Ord + Copy> BlockSet<T> {
         block.remove(at);
         if block.is_empty() {
             self.spare = self.blocks.remove(&key);
+        } else if block.len() < BLOCK / 4 && self.blocks.len() > 1 {
+            self.merge_small(key);
         }
         true
+    }
+
+    /// Folds the block under `key`, grown small by removals, into a neighbour it fits in: a
+    /// few long-held entries among many released ones must not each keep a block of 64.
+    fn merge_small(&mut self, key: T) {
+        let len = self.blocks[&key].len();
+        let fits = |(k, b): (&T, &Vec<T>)| (len + b.len() <= BLOCK).then_some(*k);
+        let next = self.blocks.range((Excluded(key), Unbounded)).next();
+        let (into, from) = match next.and_then(fits) {
+            Some(next) => (key, next),
+            None => match self.blocks.range(..key).next_back().and_then(fits) {
+                Some(prev) => (prev, key),
+                None => return,
+            },
+        };
+        // All of `from` lies above all of `into`, and `into` keeps its key.
+        let moved = self.blocks.remove(&from).unwrap_or_default();
+        if let Some(block) = self.blocks.get_mut(&into) {
+            block.extend_from_slice(&moved);
+        }
+        self.recycle(moved);
+    }
+
+    fn recycle(&mut self, mut block: Vec<T>) {
+        if self.spare.is_none() && block.capacity() == BLOCK {
+            block.clear();
+            self.spare = Some(block);
+        }
     }
 
     pub fn pop_first(&mut self) -> Option<T> {
@@ -201,6 +232,28 @@ mod tests {
             assert_eq!(set.pop_first(), None);
             assert!(set.blocks.is_empty());
         }
+    }
+
+    /// Most entries released, a few held: the survivors gather in few blocks instead of
+    /// each keeping a block of 64 alive.
+    #[test]
+    fn sparse_survivors_share_blocks() {
+        let mut set = BlockSet::new();
+        let n = 64 * 200u64;
+        for i in 0..n {
+            set.insert(i);
+        }
+        for i in (0..n).filter(|i| i % 100 != 0) {
+            assert!(set.remove(&i));
+        }
+        let survivors = set.len();
+        assert_eq!(survivors, 128);
+        assert!(
+            set.blocks.len() <= survivors / (BLOCK / 4) + 2,
+            "{} blocks for {survivors} entries",
+            set.blocks.len()
+        );
+        assert!(set.iter().eq((0..n).filter(|i| i % 100 == 0)));
     }
 
     #[test]

@@ -13,13 +13,12 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// One reading of both clocks. `mono` is in microseconds of CLOCK_MONOTONIC plus a fixed
-/// offset (fine enough that rounding never shortens a lease); `wall`
-/// is Unix milliseconds.
+/// One reading of both clocks, in microseconds (fine enough that rounding never shortens a
+/// lease): `mono` of CLOCK_MONOTONIC plus a fixed offset, `wall_us` of Unix time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Now {
     pub mono: u64,
-    pub wall: i64,
+    pub wall_us: i64,
 }
 
 /// Unix microseconds minus `mono` at the last `sync_wall`; `UNSET` before the first.
@@ -34,7 +33,7 @@ pub fn now() -> Now {
     }
     Now {
         mono,
-        wall: (mono as i64 + offset).div_euclid(1000),
+        wall_us: mono as i64 + offset,
     }
 }
 
@@ -68,16 +67,23 @@ fn mono_us() -> u64 {
 const MONO_BASE: u64 = 1 << 49;
 
 impl Now {
+    /// Unix milliseconds.
+    pub fn wall(self) -> i64 {
+        self.wall_us.div_euclid(1000)
+    }
+
     /// The Unix-millisecond time at which monotonic `deadline` falls, as seen now; rounded
     /// up, so that a lease carried to a replica or a restart is never shorter.
     pub fn to_wall(self, deadline: u64) -> i64 {
-        let delta_us = deadline as i64 - self.mono as i64;
-        self.wall + delta_us.div_euclid(1000) + i64::from(delta_us.rem_euclid(1000) != 0)
+        let at_us = self.wall_us + (deadline as i64 - self.mono as i64);
+        at_us.div_euclid(1000) + i64::from(at_us.rem_euclid(1000) != 0)
     }
 
     /// The monotonic deadline for Unix-millisecond time `wall_deadline`, as seen now.
     pub fn to_mono(self, wall_deadline: i64) -> u64 {
-        let delta_us = wall_deadline.saturating_sub(self.wall).saturating_mul(1000);
+        let delta_us = wall_deadline
+            .saturating_mul(1000)
+            .saturating_sub(self.wall_us);
         (self.mono as i64).saturating_add(delta_us).max(0) as u64
     }
 }
@@ -88,7 +94,7 @@ mod tests {
 
     const NOW: Now = Now {
         mono: 5_000_000,
-        wall: 1_700_000_000_000,
+        wall_us: 1_700_000_000_000_000,
     };
 
     #[test]
@@ -105,6 +111,15 @@ mod tests {
         assert_eq!(NOW.to_wall(5_000_001), 1_700_000_000_001);
         assert_eq!(NOW.to_wall(4_999_999), 1_700_000_000_000);
         assert_eq!(NOW.to_wall(4_998_500), 1_699_999_999_999);
+        // Sub-millisecond wall time counts: 1.5 ms into a millisecond plus 0.6 ms of lease
+        // ends 2.1 ms in, which rounds up to 3, not to 1 + 1.
+        let mid = Now {
+            mono: 5_000_000,
+            wall_us: 1_700_000_000_001_500,
+        };
+        assert_eq!(mid.to_wall(5_000_600), 1_700_000_000_003);
+        assert_eq!(mid.wall(), 1_700_000_000_001);
+        assert_eq!(mid.to_mono(1_700_000_000_003), 5_001_500);
     }
 
     #[test]

@@ -21,6 +21,7 @@ use crate::keyspace::{
 };
 use crate::lock::{Acquire, Grant, Lock, Vacated};
 use crate::persistence::LOCK_TYPE;
+use crate::replication;
 use crate::stats;
 use crate::waiters::{self, Gone, Outcome};
 
@@ -133,8 +134,15 @@ fn changed(
     event: Event,
 ) {
     expiry::track(ctx, lock, old, Some(lock.deadline()), now);
-    let deadline = now.to_wall(lock.deadline());
-    replicate_state(ctx, key, token, deadline, lock.fence());
+    if event != Event::Granted && !replication::stream_is_read() {
+        // A client's own command, and nothing reads the stream (see replication.rs): it goes
+        // out verbatim, which Redis discards but counts towards `save` points. A grant may
+        // come from a timer or a disconnect, with no command of its own: always built.
+        ctx.replicate_verbatim();
+    } else {
+        let deadline = now.to_wall(lock.deadline());
+        replicate_state(ctx, key, token, deadline, lock.fence());
+    }
     signal_modified(ctx, key);
     record(ctx, event, key);
 }
@@ -305,7 +313,7 @@ pub fn release(ctx: &Context, args: &[RedisString]) -> RedisResult {
     wake_orphans();
     let now = clock::now();
     let key = LockKey::open(ctx, call.key);
-    if crate::replication::may_replay() && from_master_or_aof(ctx) {
+    if replication::may_replay() && from_master_or_aof(ctx) {
         // A release the master propagated: it succeeded there, and this server's clock
         // (a replica's, or a restart's) must not overrule it. Nobody waits here.
         let Some(lock) = lock_at(&key)?.filter(|l| l.token() == token) else {
@@ -437,7 +445,7 @@ pub fn apply(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let call = Call::split(args)?;
     let a = args::apply(call.rest())?;
     let now = clock::now();
-    if a.deadline_unix_ms > now.wall.saturating_add(config::MAX_TTL_LIMIT) {
+    if a.deadline_unix_ms > now.wall().saturating_add(config::MAX_TTL_LIMIT) {
         return Err(LockError::BadApply("deadline").into());
     }
     let deadline = now.to_mono(a.deadline_unix_ms);

@@ -10,7 +10,6 @@ use redis_module::{raw, Context, RedisString};
 use crate::error::LockError;
 use crate::lock::Lock;
 use crate::persistence::LOCK_TYPE;
-use crate::replication;
 
 /// A key opened for reading and writing, whose value is a lock or nothing.
 ///
@@ -135,12 +134,6 @@ pub fn replicate_state(
     deadline: i64,
     fence: u64,
 ) {
-    if !replication::stream_is_read() {
-        // Nothing reads the stream (see replication.rs): skip building LOCK.APPLY, but
-        // count the change towards `save` points as any propagation does.
-        ctx.replicate_verbatim();
-        return;
-    }
     let mut d = Decimal::new();
     let mut f = Decimal::new();
     let deadline = d.format(deadline.unsigned_abs(), deadline < 0);

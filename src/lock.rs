@@ -147,7 +147,7 @@ impl Lock {
         now: Now,
         fences: &mut FenceIssuer,
     ) -> (Lock, u64) {
-        let fence = fences.issue(0, now.wall);
+        let fence = fences.issue(0, now.wall());
         let lock = Lock::new(key, db, token, now.mono + micros(ttl), fence);
         (lock, fence)
     }
@@ -234,7 +234,7 @@ impl Lock {
         if queue.is_empty() {
             self.waiters = None;
         }
-        self.fence = fences.issue(self.fence, now.wall);
+        self.fence = fences.issue(self.fence, now.wall());
         self.set_token(&head.token);
         self.deadline = now.mono + micros(head.ttl);
         Some(Grant {
@@ -282,7 +282,7 @@ impl Lock {
             return Acquire::Queued;
         }
         // Free, and (its lease ended first) nobody waits.
-        self.fence = fences.issue(self.fence, now.wall);
+        self.fence = fences.issue(self.fence, now.wall());
         self.set_token(token);
         self.deadline = now.mono + micros(ttl);
         Acquire::Granted(self.fence)
@@ -342,7 +342,7 @@ impl Lock {
         if !self.is_held_by(token, now) {
             return None;
         }
-        self.fence = fences.issue(self.fence, now.wall);
+        self.fence = fences.issue(self.fence, now.wall());
         Some(self.fence)
     }
 
@@ -381,14 +381,14 @@ mod tests {
     fn at(ms: u64) -> Now {
         Now {
             mono: ms * 1000,
-            wall: 1_764_000_000_000 + ms as i64,
+            wall_us: (1_764_000_000_000 + ms as i64) * 1000,
         }
     }
 
     fn at_us(us: u64) -> Now {
         Now {
             mono: us,
-            wall: 1_764_000_000_000 + (us / 1000) as i64,
+            wall_us: 1_764_000_000_000_000 + us as i64,
         }
     }
 

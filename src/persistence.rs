@@ -86,7 +86,7 @@ fn load_lock(rdb: *mut raw::RedisModuleIO) -> Option<Lock> {
     let now = clock::now();
     // A lease longer than any command could grant is corrupt data, like a fence with no
     // room above it.
-    let longest = now.wall.saturating_add(config::MAX_TTL_LIMIT);
+    let longest = now.wall().saturating_add(config::MAX_TTL_LIMIT);
     if token.is_empty()
         || token.len() > MAX_TOKEN_LEN
         || !fence::is_valid(fence)

@@ -14,12 +14,14 @@
 //!   and a replica's copy of the data starts at that fork), a role change (a promoted
 //!   replica keeps its backlog), and the end of a load.
 //! - Only the cron clears it, once a second, when `INFO` shows a master with no replicas,
-//!   no replication backlog and the AOF off. A reader that appears later can only do so
-//!   through a fork, a role change or a load, which set it back before the next command.
+//!   no replication backlog and the AOF off, outside cluster mode. A reader that appears
+//!   later can only do so through a fork, a role change or a load, which set it back before
+//!   the next command.
 //!
-//! While it is clear, a change is propagated with `RedisModule_ReplicateVerbatim`, which
-//! costs nothing to build and which Redis discards for the same reason; it still counts
-//! the change towards `save` points, as any propagation does.
+//! While it is clear, a change made by a client's command is propagated as that command,
+//! verbatim, which costs nothing to build and which Redis discards for the same reason; it
+//! still counts the change towards `save` points, as any propagation does. Grants, which
+//! timers and disconnects make too, are always built in full.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
@@ -87,12 +89,15 @@ pub fn on_cron(ctx: &Context) {
 }
 
 /// True only if `INFO` positively shows a master with no replica, no backlog and the AOF
-/// off. A field that is missing or reads otherwise (another server, another version) keeps
-/// the stream read.
+/// off, outside cluster mode (where slot migration in Valkey 9 and Redis 8.4 streams the
+/// propagated effects to another node, which `INFO` does not show). A field that is missing
+/// or reads otherwise (another server, another version) keeps the stream read.
 fn nobody_reads(ctx: &Context) -> bool {
     let replication = Info::read(ctx, c"replication");
     let persistence = Info::read(ctx, c"persistence");
-    replication.is(c"role", b"master")
+    let cluster = Info::read(ctx, c"cluster");
+    cluster.is(c"cluster_enabled", b"0")
+        && replication.is(c"role", b"master")
         && replication.is(c"connected_slaves", b"0")
         && replication.is(c"repl_backlog_active", b"0")
         && persistence.is(c"aof_enabled", b"0")
