@@ -81,14 +81,14 @@ impl<T: Ord + Copy> BlockSet<T> {
     /// `x` is below every key: it joins the first block, which is filed under it, or starts
     /// a block of its own.
     fn insert_first(&mut self, x: T) -> bool {
-        let Some((key, mut block)) = self.blocks.pop_first() else {
+        let Some(first) = self.blocks.first_entry() else {
             unreachable!("insert_first on an empty set");
         };
-        if block.len() < BLOCK {
+        if first.get().len() < BLOCK {
+            let mut block = first.remove();
             block.insert(0, x);
             self.blocks.insert(x, block);
         } else {
-            self.blocks.insert(key, block);
             self.start_block(x);
         }
         true
