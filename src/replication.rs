@@ -23,9 +23,8 @@
 //! still counts the change towards `save` points, as any propagation does. Grants, which
 //! timers and disconnects make too, are always built in full.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-
 use std::ffi::CStr;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use redis_module::{raw, Context, ContextFlags};
 
