@@ -67,10 +67,6 @@ impl<'a> Call<'a> {
     }
 }
 
-fn lock_at(key: &LockKey) -> Result<Option<&mut Lock>, LockError> {
-    key.lock()
-}
-
 /// Puts a new lock at an empty key and returns it at its final address, which the expiry
 /// index records.
 fn store(key: &LockKey, lock: Lock) -> Result<&mut Lock, LockError> {
@@ -120,31 +116,57 @@ fn record(ctx: &Context, event: Event, key: &RedisString) {
     keyspace::notify(ctx, event.name(), key);
 }
 
+/// How a change reaches replicas and the AOF (`Removal` is the same for removals).
+#[derive(Clone, Copy)]
+enum Propagation<'a> {
+    /// `LOCK.APPLY key token deadline fence`: the state, with the holder's token.
+    State(TokenArg<'a>),
+    /// The client's command itself, for a change made while nothing reads the stream (see
+    /// replication.rs): Redis discards it, but counts it towards `save` points.
+    Verbatim,
+}
+
 /// After `lock` at `key` changed (its deadline was `old`, or it is new): index the new
-/// deadline, propagate the new state (with `token`, the holder's), let WATCH see it, and
-/// record `event`.
+/// deadline, propagate it, let WATCH see it, and record `event`.
 #[allow(clippy::too_many_arguments)]
 fn changed(
     ctx: &Context,
     key: &RedisString,
     lock: &Lock,
-    token: TokenArg,
+    propagation: Propagation,
     old: Option<u64>,
     now: Now,
     event: Event,
 ) {
     expiry::track(ctx, lock, old, Some(lock.deadline()), now);
-    if event != Event::Granted && !replication::stream_is_read() {
-        // A client's own command, and nothing reads the stream (see replication.rs): it goes
-        // out verbatim, which Redis discards but counts towards `save` points. A grant may
-        // come from a timer or a disconnect, with no command of its own: always built.
-        ctx.replicate_verbatim();
-    } else {
-        let deadline = now.to_wall(lock.deadline());
-        replicate_state(ctx, key, token, deadline, lock.fence());
+    match propagation {
+        Propagation::State(token) => {
+            let deadline = now.to_wall(lock.deadline());
+            replicate_state(ctx, key, token, deadline, lock.fence());
+        }
+        Propagation::Verbatim => ctx.replicate_verbatim(),
     }
     signal_modified(ctx, key);
     record(ctx, event, key);
+}
+
+/// `changed`, for a change a client's command made: the token goes by reference to its
+/// argument, and the command itself stands in for the state while nothing reads the stream.
+/// (A grant, which timers and disconnects make too, always propagates the state.)
+fn command_changed(
+    ctx: &Context,
+    call: &Call,
+    lock: &Lock,
+    old: Option<u64>,
+    now: Now,
+    event: Event,
+) {
+    let propagation = if replication::stream_is_read() {
+        Propagation::State(call.token_arg(lock))
+    } else {
+        Propagation::Verbatim
+    };
+    changed(ctx, call.key, lock, propagation, old, now, event);
 }
 
 /// Grants are delivered like any other change: indexed, propagated with the new holder's
@@ -157,8 +179,8 @@ fn deliver(
     old: Option<u64>,
     now: Now,
 ) {
-    let token = TokenArg::Bytes(lock.token());
-    changed(ctx, key, lock, token, old, now, Event::Granted);
+    let state = Propagation::State(TokenArg::Bytes(lock.token()));
+    changed(ctx, key, lock, state, old, now, Event::Granted);
     if let Some(Some(wait_deadline)) = waiters::wake(grant.id, Outcome::Granted(grant.fence)) {
         expiry::untrack_wait(grant.id, wait_deadline);
     }
@@ -185,11 +207,11 @@ fn current_lock<'k>(
     name: &RedisString,
     now: Now,
 ) -> Result<Option<&'k mut Lock>, LockError> {
-    let Some(lock) = lock_at(key)? else {
+    let Some(lock) = key.lock()? else {
         return Ok(None);
     };
     if end_if_due(ctx, key, name, lock, now) {
-        return lock_at(key); // granted to a waiter, or gone
+        return key.lock(); // granted to a waiter, or gone
     }
     Ok(Some(lock))
 }
@@ -257,15 +279,7 @@ pub fn acquire(ctx: &Context, args: &[RedisString]) -> RedisResult {
             &mut server_fences(),
         );
         let lock = store(&key, lock)?;
-        changed(
-            ctx,
-            call.key,
-            lock,
-            call.token_arg(lock),
-            None,
-            now,
-            Event::Acquired,
-        );
+        command_changed(ctx, &call, lock, None, now, Event::Acquired);
         return Ok(RedisValue::Integer(fence as i64));
     };
     // Inside MULTI or a script, WAIT does not block: the reply is as without it.
@@ -294,15 +308,7 @@ pub fn acquire(ctx: &Context, args: &[RedisString]) -> RedisResult {
         Acquire::Granted(fence) => (fence, Event::Acquired),
         Acquire::Renewed(fence) => (fence, Event::Extended),
     };
-    changed(
-        ctx,
-        call.key,
-        lock,
-        call.token_arg(lock),
-        Some(old),
-        now,
-        event,
-    );
+    command_changed(ctx, &call, lock, Some(old), now, event);
     Ok(RedisValue::Integer(fence as i64))
 }
 
@@ -316,7 +322,7 @@ pub fn release(ctx: &Context, args: &[RedisString]) -> RedisResult {
     if replication::may_replay() && from_master_or_aof(ctx) {
         // A release the master propagated: it succeeded there, and this server's clock
         // (a replica's, or a restart's) must not overrule it. Nobody waits here.
-        let Some(lock) = lock_at(&key)?.filter(|l| l.token() == token) else {
+        let Some(lock) = key.lock()?.filter(|l| l.token() == token) else {
             return Ok(RedisValue::Integer(0));
         };
         let old = lock.deadline();
@@ -358,15 +364,7 @@ pub fn extend(ctx: &Context, args: &[RedisString]) -> RedisResult {
     if !lock.extend(token, ttl, now) {
         return Ok(RedisValue::Integer(0));
     }
-    changed(
-        ctx,
-        call.key,
-        lock,
-        call.token_arg(lock),
-        Some(old),
-        now,
-        Event::Extended,
-    );
+    command_changed(ctx, &call, lock, Some(old), now, Event::Extended);
     Ok(RedisValue::Integer(1))
 }
 
@@ -383,15 +381,7 @@ pub fn fence(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let old = lock.deadline();
     match lock.new_fence(token, now, &mut server_fences()) {
         Some(fence) => {
-            changed(
-                ctx,
-                call.key,
-                lock,
-                call.token_arg(lock),
-                Some(old),
-                now,
-                Event::Fenced,
-            );
+            command_changed(ctx, &call, lock, Some(old), now, Event::Fenced);
             Ok(RedisValue::Integer(fence as i64))
         }
         None => Ok(RedisValue::Null),
@@ -450,7 +440,7 @@ pub fn apply(ctx: &Context, args: &[RedisString]) -> RedisResult {
     }
     let deadline = now.to_mono(a.deadline_unix_ms);
     let key = LockKey::open(ctx, call.key);
-    let (lock, old) = match lock_at(&key)? {
+    let (lock, old) = match key.lock()? {
         Some(lock) => {
             let old = lock.deadline();
             lock.overwrite(a.token, deadline, a.fence);
@@ -473,7 +463,7 @@ pub fn apply(ctx: &Context, args: &[RedisString]) -> RedisResult {
 /// `name`, whose lease deadline came up.
 pub fn end_lease(ctx: &Context, name: &RedisString, lock_at_address: usize, now: Now) -> LeaseEnd {
     let key = LockKey::open(ctx, name);
-    let Ok(Some(lock)) = lock_at(&key) else {
+    let Ok(Some(lock)) = key.lock() else {
         return LeaseEnd::Stale;
     };
     if !std::ptr::eq(lock, lock_at_address as *const Lock) || lock.is_held(now) {
@@ -496,7 +486,7 @@ fn dequeue(ctx: &Context, id: u64, outcome: Outcome) -> bool {
         return false;
     };
     if let Some(name) = key_in_db(ctx, db, &key) {
-        if let Ok(Some(lock)) = lock_at(&LockKey::open(ctx, &name)) {
+        if let Ok(Some(lock)) = LockKey::open(ctx, &name).lock() {
             lock.remove_waiter(id);
         }
     }
@@ -533,7 +523,7 @@ pub fn waiter_gone(ctx: &Context, gone: Gone) {
         return;
     };
     let key = LockKey::open(ctx, &name);
-    let Ok(Some(lock)) = lock_at(&key) else {
+    let Ok(Some(lock)) = key.lock() else {
         return;
     };
     let Some(fence) = gone.undelivered else {

@@ -178,20 +178,10 @@ impl Waiter {
         let mut con = server.conn();
         let before = info(&mut con, key).map_or(0, |i| i.waiters);
         let s = TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
-        let args = [
-            "LOCK.ACQUIRE".to_string(),
-            key.to_string(),
-            token.to_string(),
-            ttl.to_string(),
-            "WAIT".to_string(),
-            timeout.to_string(),
-        ];
-        let mut req = format!("*{}\r\n", args.len());
-        for a in &args {
-            req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
-        }
+        let (ttl, timeout) = (ttl.to_string(), timeout.to_string());
+        let req = resp_command(&["LOCK.ACQUIRE", key, token, &ttl, "WAIT", &timeout]);
         let sent = Instant::now();
-        (&s).write_all(req.as_bytes()).unwrap();
+        (&s).write_all(&req).unwrap();
         assert!(
             wait_until(Duration::from_secs(5), || {
                 info(&mut con, key).map_or(0, |i| i.waiters) == before + 1

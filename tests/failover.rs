@@ -34,21 +34,6 @@ fn role(c: &mut Connection) -> String {
     info_field(c, "replication", "role").unwrap_or_default()
 }
 
-fn wait_link_up(replica: &mut Connection) {
-    let up = wait_until(Duration::from_secs(15), || {
-        info_field(replica, "replication", "master_link_status").as_deref() == Some("up")
-    });
-    assert!(up, "replica link not up after 15s");
-}
-
-/// A master and a replica of it, linked.
-fn pair() -> (Server, Server) {
-    let m = Server::new();
-    let r = Server::start(Opts::new().replicaof(m.port));
-    wait_link_up(&mut r.conn());
-    (m, r)
-}
-
 /// `WAIT 1 <ms>`: how many replicas acknowledged.
 fn wait_replicas(c: &mut Connection, ms: u64) -> i64 {
     match cmd!(c, "WAIT", 1, ms) {
@@ -320,7 +305,7 @@ fn assert_promoted_continues(nc: &mut Connection, before: &Before, snaps: &[Snap
 /// (a) The master dies (SIGKILL); the replica is promoted with `REPLICAOF NO ONE`.
 #[test]
 fn replica_promoted_after_master_sigkill_keeps_acknowledged_locks() {
-    let (mut m, r) = pair();
+    let (mut m, r) = replica_pair();
     let mut before = load_master(&m);
     let mut mc = m.conn();
 
@@ -379,7 +364,7 @@ fn replica_promoted_after_master_sigkill_keeps_acknowledged_locks() {
 /// (b) A graceful `FAILOVER`: the replica becomes master, the old master its replica.
 #[test]
 fn graceful_failover_keeps_locks_and_releases_waiters() {
-    let (m, r) = pair();
+    let (m, r) = replica_pair();
     let mut before = load_master(&m);
     let mut mc = m.conn();
     // A graceful failover waits for the replica to catch up: even a lock taken without

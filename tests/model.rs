@@ -245,13 +245,9 @@ impl Sock {
     }
 
     fn send(&mut self, args: &[&[u8]]) {
-        let mut req = format!("*{}\r\n", args.len()).into_bytes();
-        for a in args {
-            req.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-            req.extend_from_slice(a);
-            req.extend_from_slice(b"\r\n");
-        }
-        self.s.write_all(&req).expect("send to waiter socket");
+        self.s
+            .write_all(&common::resp_command(args))
+            .expect("send to waiter socket");
     }
 
     /// One reply of the shapes `LOCK.ACQUIRE` gives, within `timeout`.

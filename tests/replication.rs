@@ -9,21 +9,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use redis::Value;
 
-fn wait_link_up(replica: &mut redis::Connection) {
-    let up = wait_until(Duration::from_secs(15), || {
-        info_field(replica, "replication", "master_link_status").as_deref() == Some("up")
-    });
-    assert!(up, "replica link not up after 15s");
-}
-
-/// A master and a replica of it, linked.
-fn pair() -> (Server, Server) {
-    let m = Server::new();
-    let r = Server::start(Opts::new().replicaof(m.port));
-    wait_link_up(&mut r.conn());
-    (m, r)
-}
-
 /// Waits until the replica has processed everything the master sent.
 fn sync(master: &mut redis::Connection) {
     assert_eq!(
@@ -56,7 +41,7 @@ fn assert_mirrored(m: &mut redis::Connection, r: &mut redis::Connection, key: &s
 
 #[test]
 fn replica_mirrors_every_command() {
-    let (m, r) = pair();
+    let (m, r) = replica_pair();
     let mut mc = m.conn();
     let mut rc = r.conn();
     let f1 = acquire(&mut mc, "k", "tok", 30_000).unwrap();
@@ -134,7 +119,7 @@ fn full_sync_carries_locks() {
 
 #[test]
 fn writes_on_replica_are_refused_readonly() {
-    let (m, r) = pair();
+    let (m, r) = replica_pair();
     let mut mc = m.conn();
     let mut rc = r.conn();
     acquire(&mut mc, "k", "tok", 30_000).unwrap();
@@ -165,7 +150,7 @@ fn writes_on_replica_are_refused_readonly() {
 
 #[test]
 fn lease_end_on_master_removes_key_on_replica() {
-    let (m, r) = pair();
+    let (m, r) = replica_pair();
     let mut mc = m.conn();
     let mut rc = r.conn();
     let t0 = Instant::now();
@@ -184,7 +169,7 @@ fn lease_end_on_master_removes_key_on_replica() {
 
 #[test]
 fn replica_leaves_removal_to_master_but_reads_see_lease_end() {
-    let (m, r) = pair();
+    let (m, r) = replica_pair();
     let mut mc = m.conn();
     let mut rc = r.conn();
     let t0 = Instant::now();
@@ -217,7 +202,7 @@ fn replica_leaves_removal_to_master_but_reads_see_lease_end() {
 
 #[test]
 fn promoted_replica_continues_leases_and_fences() {
-    let (m, r) = pair();
+    let (m, r) = replica_pair();
     let mut mc = m.conn();
     let mut rc = r.conn();
     let t0 = Instant::now();
@@ -265,7 +250,7 @@ fn promoted_replica_continues_leases_and_fences() {
 /// came): the replica must follow the master, or it would keep the key for ever.
 #[test]
 fn a_release_is_applied_on_a_replica_whose_clock_says_the_lease_ended() {
-    let (m, r) = pair();
+    let (m, r) = replica_pair();
     let mut mc = m.conn();
     let mut rc = r.conn();
     acquire(&mut mc, "k", "tok", 1500).unwrap();

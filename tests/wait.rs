@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{info, wait_until, Opts, Server};
+use common::{info, resp_command, wait_until, Opts, Server};
 use redis::Value;
 
 /// A client blocked (or about to block) in `LOCK.ACQUIRE … WAIT`, on its own socket.
@@ -22,24 +22,14 @@ impl Waiter {
     fn send(server: &Server, key: &str, token: &str, ttl: u64, timeout: u64) -> Waiter {
         let s = TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
         s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        let args = [
-            "LOCK.ACQUIRE".to_string(),
-            key.to_string(),
-            token.to_string(),
-            ttl.to_string(),
-            "WAIT".to_string(),
-            timeout.to_string(),
-        ];
-        let mut req = format!("*{}\r\n", args.len());
-        for a in &args {
-            req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
-        }
+        let (ttl, timeout) = (ttl.to_string(), timeout.to_string());
+        let req = resp_command(&["LOCK.ACQUIRE", key, token, &ttl, "WAIT", &timeout]);
         let mut w = Waiter {
             s,
             token: token.to_string(),
             sent: Instant::now(),
         };
-        w.s.write_all(req.as_bytes()).unwrap();
+        w.s.write_all(&req).unwrap();
         w
     }
 
@@ -334,9 +324,7 @@ fn a_replica_sees_each_grant_with_the_same_fence_and_deadline() {
     let replica = Server::start(Opts::new().replicaof(master.port));
     let mut m = master.conn();
     let mut r = replica.conn();
-    assert!(wait_until(Duration::from_secs(20), || {
-        common::info_field(&mut r, "replication", "master_link_status").as_deref() == Some("up")
-    }));
+    common::wait_link_up(&mut r);
     acquire(&mut m, "k", "holder", 60_000).unwrap();
     let mut w = Waiter::join(&master, "k", "w", 30_000, 0);
     assert_eq!(common::release(&mut m, "k", "holder"), 1);

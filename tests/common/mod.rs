@@ -417,16 +417,22 @@ pub struct RawConn {
     s: TcpStream,
 }
 
+/// A command as RESP bytes, for tests that write to a plain socket.
+pub fn resp_command<A: AsRef<[u8]>>(args: &[A]) -> Vec<u8> {
+    let mut req = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        let a = a.as_ref();
+        req.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        req.extend_from_slice(a);
+        req.extend_from_slice(b"\r\n");
+    }
+    req
+}
+
 impl RawConn {
     /// Sends a command and returns the complete raw reply.
     pub fn call(&mut self, args: &[&[u8]]) -> Vec<u8> {
-        let mut req = format!("*{}\r\n", args.len()).into_bytes();
-        for a in args {
-            req.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-            req.extend_from_slice(a);
-            req.extend_from_slice(b"\r\n");
-        }
-        self.s.write_all(&req).expect("raw write");
+        self.s.write_all(&resp_command(args)).expect("raw write");
         let mut buf = Vec::new();
         loop {
             if let Some(n) = resp_len(&buf, 0) {
@@ -636,6 +642,22 @@ pub fn exists(con: &mut Connection, key: &str) -> bool {
         Ok(Value::Int(n)) => n == 1,
         other => panic!("EXISTS {key}: {other:?}"),
     }
+}
+
+/// Waits until `replica` reports its link to the master up (15 s at most).
+pub fn wait_link_up(replica: &mut Connection) {
+    let up = wait_until(Duration::from_secs(15), || {
+        info_field(replica, "replication", "master_link_status").as_deref() == Some("up")
+    });
+    assert!(up, "replica link not up after 15s");
+}
+
+/// A master and a replica of it, linked.
+pub fn replica_pair() -> (Server, Server) {
+    let m = Server::new();
+    let r = Server::start(Opts::new().replicaof(m.port));
+    wait_link_up(&mut r.conn());
+    (m, r)
 }
 
 /// Polls `f` every 10ms until it is true or `timeout` passes; returns whether it became true.
