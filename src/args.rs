@@ -38,6 +38,24 @@ pub fn acquire<'a>(args: &[&'a [u8]], max_ttl: i64) -> Result<AcquireArgs<'a>, L
     Ok(AcquireArgs { token, ttl, wait })
 }
 
+/// The monotonic deadline (microseconds) of a wait of `timeout` ms that starts at
+/// `now_mono`; `None` waits without limit (`WAIT 0`). A timeout that cannot be added to the
+/// server's clock in milliseconds (`now_wall_ms`) is refused, as `BLPOP` refuses it, rather
+/// than wrapped into a short wait.
+pub fn wait_deadline(
+    timeout: u64,
+    now_mono: u64,
+    now_wall_ms: i64,
+) -> Result<Option<u64>, LockError> {
+    if timeout == 0 {
+        return Ok(None);
+    }
+    if timeout > (i64::MAX as u64).saturating_sub(now_wall_ms.max(0) as u64) {
+        return Err(LockError::TimeoutOutOfRange);
+    }
+    Ok(Some(now_mono.saturating_add(timeout.saturating_mul(1000))))
+}
+
 /// `LOCK.EXTEND key token ttl`.
 pub fn extend<'a>(args: &[&'a [u8]], max_ttl: i64) -> Result<(&'a [u8], u64), LockError> {
     match args {
@@ -169,6 +187,23 @@ mod tests {
             acquire(&[b"t", b"1", b"WAIT", b"x"], MAX),
             Err(LockError::NotAnInteger("timeout"))
         );
+    }
+
+    #[test]
+    fn wait_deadlines_never_wrap() {
+        let (mono, wall) = (5_000_000, 1_764_000_000_000);
+        assert_eq!(wait_deadline(0, mono, wall), Ok(None));
+        assert_eq!(wait_deadline(250, mono, wall), Ok(Some(5_250_000)));
+        assert_eq!(
+            wait_deadline(i64::MAX as u64, mono, wall),
+            Err(LockError::TimeoutOutOfRange)
+        );
+        let largest = i64::MAX as u64 - wall as u64;
+        assert_eq!(
+            wait_deadline(largest + 1, mono, wall),
+            Err(LockError::TimeoutOutOfRange)
+        );
+        assert_eq!(wait_deadline(largest, mono, wall), Ok(Some(u64::MAX)));
     }
 
     #[test]

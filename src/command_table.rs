@@ -1,14 +1,17 @@
-//! The command table: each `LOCK.*` command's name, flags and handler, registered with
-//! Redis, and the C entry point through which Redis calls the handler.
+//! The command table: each `LOCK.*` command described once — name, flags, arity, key spec,
+//! arguments, summary, complexity and handler — registered with the server, and the C entry
+//! point through which the server calls the handler.
 //!
-//! The crate's command list hands a handler its arguments as a fresh `Vec<RedisString>`,
-//! retaining every argument and releasing it again after the call: on an acquire + release
-//! cycle that was about 6% of the server's instructions (callgrind). Here a handler borrows
-//! the argument vector Redis passed, for the length of the call, as a C module does.
+//! Arity and key specs go to `RedisModule_SetCommandInfo` (Redis 7.0 and later), so the
+//! server checks arity itself with its standard message, and `COMMAND INFO`/`COMMAND DOCS`
+//! describe the commands. The crate's command list hands a handler its arguments as a fresh
+//! `Vec<RedisString>`, retaining every argument; here a handler borrows the argument vector
+//! the server passed, for the length of the call, as a C module does.
 
 use std::ffi::CStr;
 use std::mem::ManuallyDrop;
 use std::os::raw::c_int;
+use std::ptr;
 
 use redis_module::{raw, Context, RedisResult, RedisString};
 
@@ -18,40 +21,130 @@ type Handler = fn(&Context, &[RedisString]) -> RedisResult;
 
 struct Command {
     name: &'static CStr,
+    /// As core commands are flagged: `deny-oom` only where the command allocates (like
+    /// `SET`); releasing, extending and fencing must work on a full server, as `DEL` and
+    /// `EXPIRE` do.
     flags: &'static CStr,
+    arity: c_int,
+    key_flags: u32,
+    args: &'static [Arg],
+    summary: &'static CStr,
+    complexity: &'static CStr,
     handler: Handler,
 }
+
+struct Arg {
+    name: &'static CStr,
+    kind: raw::RedisModuleCommandArgType,
+    /// The keyword that introduces the argument (`WAIT`), if any.
+    token: Option<&'static CStr>,
+    optional: bool,
+}
+
+const KEY: Arg = Arg {
+    name: c"key",
+    kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY,
+    token: None,
+    optional: false,
+};
+const TOKEN: Arg = Arg {
+    name: c"token",
+    kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
+    token: None,
+    optional: false,
+};
+const TTL: Arg = Arg {
+    name: c"ttl",
+    kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+    token: None,
+    optional: false,
+};
+const WAIT: Arg = Arg {
+    name: c"timeout",
+    kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+    token: Some(c"WAIT"),
+    optional: true,
+};
+const DEADLINE: Arg = Arg {
+    name: c"deadline",
+    kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_UNIX_TIME,
+    token: None,
+    optional: false,
+};
+const FENCE: Arg = Arg {
+    name: c"fence",
+    kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+    token: None,
+    optional: false,
+};
+
+const RO: u32 = raw::REDISMODULE_CMD_KEY_RO;
+const RW: u32 = raw::REDISMODULE_CMD_KEY_RW;
+const OW: u32 = raw::REDISMODULE_CMD_KEY_OW;
+const ACCESS: u32 = raw::REDISMODULE_CMD_KEY_ACCESS;
+const UPDATE: u32 = raw::REDISMODULE_CMD_KEY_UPDATE;
+const DELETE: u32 = raw::REDISMODULE_CMD_KEY_DELETE;
 
 /// Every command has its key at position 1 (first key 1, last key 1, step 1).
 const COMMANDS: [Command; 6] = [
     Command {
         name: c"lock.acquire",
         flags: c"write deny-oom fast blocking",
+        arity: -4,
+        key_flags: RW | ACCESS | UPDATE,
+        args: &[KEY, TOKEN, TTL, WAIT],
+        summary: c"Acquires a lock for a token with a lease of ttl milliseconds and returns its fence; with WAIT, queues until granted or timeout",
+        complexity: c"O(1); O(N) to leave a queue of N waiters",
         handler: commands::acquire,
     },
     Command {
         name: c"lock.release",
-        flags: c"write deny-oom fast",
+        flags: c"write fast",
+        arity: 3,
+        key_flags: RW | DELETE,
+        args: &[KEY, TOKEN],
+        summary: c"Releases a lock held by the token; the first waiter holds it next",
+        complexity: c"O(1)",
         handler: commands::release,
     },
     Command {
         name: c"lock.extend",
-        flags: c"write deny-oom fast",
+        flags: c"write fast",
+        arity: 4,
+        key_flags: RW | UPDATE,
+        args: &[KEY, TOKEN, TTL],
+        summary: c"Sets the remaining lease of a lock held by the token to ttl milliseconds",
+        complexity: c"O(1)",
         handler: commands::extend,
     },
     Command {
         name: c"lock.fence",
-        flags: c"write deny-oom fast",
+        flags: c"write fast",
+        arity: 3,
+        key_flags: RW | ACCESS | UPDATE,
+        args: &[KEY, TOKEN],
+        summary: c"Issues a new, larger fence to the token holding the lock",
+        complexity: c"O(1)",
         handler: commands::fence,
     },
     Command {
         name: c"lock.info",
         flags: c"readonly fast",
+        arity: 2,
+        key_flags: RO | ACCESS,
+        args: &[KEY],
+        summary: c"Returns a lock's holder, last fence, remaining lease and number of waiters",
+        complexity: c"O(1)",
         handler: commands::info,
     },
     Command {
         name: c"lock.apply",
         flags: c"write",
+        arity: 5,
+        key_flags: OW | UPDATE,
+        args: &[KEY, TOKEN, DEADLINE, FENCE],
+        summary: c"Internal: sets a lock's state as the master propagated it (refused from clients)",
+        complexity: c"O(1)",
         handler: commands::apply,
     },
 ];
@@ -63,7 +156,8 @@ const CATEGORY: &CStr = c"lock";
 /// The longest argument vector passed without a heap allocation; no valid call is longer.
 const INLINE_ARGS: usize = 8;
 
-/// Registers every command, with its ACL category where the server has the API.
+/// Registers every command with its flags, info and (where the server has the API) ACL
+/// category.
 pub fn register(ctx: &Context) -> Result<(), String> {
     let entries: [raw::RedisModuleCmdFunc; 6] = [
         Some(entry::<0>),
@@ -91,17 +185,18 @@ pub fn register(ctx: &Context) -> Result<(), String> {
         if status != raw::REDISMODULE_OK as c_int {
             return Err(format!("failed to create command {name}"));
         }
-        // SAFETY: as above; the command was just created, so GetCommand finds it. The API
-        // table is filled in before OnLoad runs and not written after.
-        unsafe {
-            let Some(set_categories) = raw::RedisModule_SetCommandACLCategories else {
-                continue;
-            };
-            let handle = raw::RedisModule_GetCommand.unwrap()(ctx.ctx, command.name.as_ptr());
-            if handle.is_null() {
-                return Err(format!("failed to look up command {name}"));
-            }
-            if set_categories(handle, CATEGORY.as_ptr()) != raw::REDISMODULE_OK as c_int {
+        // SAFETY: as above; the command was just created, so GetCommand finds it.
+        let handle =
+            unsafe { raw::RedisModule_GetCommand.unwrap()(ctx.ctx, command.name.as_ptr()) };
+        if handle.is_null() {
+            return Err(format!("failed to look up command {name}"));
+        }
+        describe(handle, command).map_err(|()| format!("SetCommandInfo failed for {name}"))?;
+        // The API table is filled in before OnLoad runs and not written after.
+        if let Some(set_categories) = unsafe { raw::RedisModule_SetCommandACLCategories } {
+            // SAFETY: `handle` is the live command; the category is a NUL-terminated static.
+            if unsafe { set_categories(handle, CATEGORY.as_ptr()) } != raw::REDISMODULE_OK as c_int
+            {
                 ctx.log_warning(&format!(
                     "failed to put command {name} in ACL category lock"
                 ));
@@ -109,6 +204,107 @@ pub fn register(ctx: &Context) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+static VERSION: raw::RedisModuleCommandInfoVersion = raw::RedisModuleCommandInfoVersion {
+    version: 1,
+    sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
+    sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
+    sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
+};
+
+fn raw_arg(arg: Option<&Arg>) -> raw::RedisModuleCommandArg {
+    let (name, kind, token, key_spec_index, flags) = match arg {
+        Some(a) => (
+            a.name.as_ptr(),
+            a.kind,
+            a.token.map_or(ptr::null(), CStr::as_ptr),
+            if a.kind == raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY {
+                0
+            } else {
+                -1
+            },
+            if a.optional {
+                raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int
+            } else {
+                0
+            },
+        ),
+        // The terminating entry: a NULL name.
+        None => (ptr::null(), 0, ptr::null(), -1, 0),
+    };
+    raw::RedisModuleCommandArg {
+        name,
+        type_: kind,
+        key_spec_index,
+        token,
+        summary: ptr::null(),
+        since: ptr::null(),
+        flags,
+        deprecated_since: ptr::null(),
+        subargs: ptr::null_mut(),
+        display_text: ptr::null(),
+    }
+}
+
+/// The one key spec every command has: the key is argument 1. Without flags it is the
+/// terminating entry (begin-search type 0).
+fn key_spec(flags: Option<u32>) -> raw::RedisModuleCommandKeySpec {
+    let (begin, find) = match flags {
+        Some(_) => (
+            raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX,
+            raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE,
+        ),
+        None => (0, 0),
+    };
+    raw::RedisModuleCommandKeySpec {
+        notes: ptr::null(),
+        flags: u64::from(flags.unwrap_or(0)),
+        begin_search_type: begin,
+        bs: raw::RedisModuleCommandKeySpec__bindgen_ty_1 {
+            index: raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_1 { pos: 1 },
+        },
+        find_keys_type: find,
+        fk: raw::RedisModuleCommandKeySpec__bindgen_ty_2 {
+            range: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_1 {
+                lastkey: 0,
+                keystep: 1,
+                limit: 0,
+            },
+        },
+    }
+}
+
+/// Sets what `COMMAND INFO` and `COMMAND DOCS` say of `command`.
+fn describe(handle: *mut raw::RedisModuleCommand, command: &Command) -> Result<(), ()> {
+    let mut key_specs = [key_spec(Some(command.key_flags)), key_spec(None)];
+    let mut args: Vec<raw::RedisModuleCommandArg> = command
+        .args
+        .iter()
+        .map(Some)
+        .chain([None])
+        .map(raw_arg)
+        .collect();
+    let mut info = raw::RedisModuleCommandInfo {
+        version: &VERSION,
+        summary: command.summary.as_ptr(),
+        complexity: command.complexity.as_ptr(),
+        since: c"0.1.0".as_ptr(),
+        history: ptr::null_mut(),
+        tips: ptr::null(),
+        arity: command.arity,
+        key_specs: key_specs.as_mut_ptr(),
+        args: args.as_mut_ptr(),
+    };
+    // SAFETY: `handle` is a live command of this module. Every pointer in `info` points into
+    // statics or into `key_specs`/`args`, which outlive the call, and both arrays end with
+    // the terminating entry the API expects. Redis copies what it keeps.
+    let status = unsafe { raw::RedisModule_SetCommandInfo.unwrap()(handle, &mut info) };
+    if status == raw::REDISMODULE_OK as c_int {
+        Ok(())
+    } else {
+        Err(())
+    }
 }
 
 /// The C entry point of command `I` of `COMMANDS`.

@@ -19,6 +19,8 @@ pub enum LockError {
         max: i64,
     },
     NegativeTimeout,
+    /// A `WAIT` timeout too large to add to the server's clock.
+    TimeoutOutOfRange,
     TokenLength,
     WrongType,
     /// `LOCK.APPLY` sent by a client rather than the master link or the AOF.
@@ -39,6 +41,7 @@ impl fmt::Display for LockError {
                 write!(f, "ERR ttl must be between 1 and {max} (lock.max-ttl)")
             }
             LockError::NegativeTimeout => f.write_str("ERR timeout must not be negative"),
+            LockError::TimeoutOutOfRange => f.write_str("ERR timeout is out of range"),
             LockError::TokenLength => f.write_str("ERR token must be 1 to 256 bytes"),
             LockError::WrongType => {
                 f.write_str("WRONGTYPE Operation against a key holding the wrong kind of value")
@@ -75,6 +78,7 @@ mod tests {
             LockError::NotAnInteger("ttl"),
             LockError::TtlOutOfRange { max: 10 },
             LockError::NegativeTimeout,
+            LockError::TimeoutOutOfRange,
             LockError::TokenLength,
             LockError::WrongType,
             LockError::InternalCommand,

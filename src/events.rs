@@ -1,64 +1,78 @@
-//! Server and keyspace events the lock type needs to hear of: the cron tick that backs up
-//! the lease-end timer, `SWAPDB`, the forks, loads and role changes after which something
-//! may read the propagated effects (`replication.rs`), and the generic keyspace events that
-//! move a lock to a key name the expiry index does not know yet.
+//! What the server tells the module, passed on to the engine: server events (the cron tick,
+//! flushes, `SWAPDB`, role changes, loads and forks), keyspace events, the callbacks of
+//! blocked clients, and the `INFO lock` section. Each is a thin adapter.
 
-use std::os::raw::c_void;
+use std::ffi::CStr;
+use std::mem::ManuallyDrop;
+use std::os::raw::{c_char, c_int, c_void};
 
-use redis_module::server_events::{FlushSubevent, LoadingSubevent, ServerRole};
-use redis_module::{raw, Context, NotifyEvent};
+use redis_module::server_events::{LoadingSubevent, ServerRole};
+use redis_module::{raw, Context, InfoContext, NotifyEvent, RedisResult, RedisString};
 use redis_module_macros::{
-    cron_event_handler, flush_event_handler, loading_event_handler, role_changed_event_handler,
+    cron_event_handler, info_command_handler, loading_event_handler, role_changed_event_handler,
 };
 
-use crate::expiry;
-use crate::keyspace::LockKey;
-use crate::replication;
-use crate::waiters;
+use crate::blocked::{self, Handle};
+use crate::engine::{self, Reply};
+use crate::keyspace::selected_db;
+use crate::{replication, stats};
 
-/// `SWAPDB` and `FORK_CHILD` are the server events the crate has no handler list for.
+/// Subscribes to what the crate has no handler list for: `FLUSHDB` (with the database it
+/// flushes), `SWAPDB`, `FORK_CHILD`, and the keyspace events that move a key or evict it.
 pub fn subscribe(ctx: &Context) -> Result<(), &'static str> {
-    let swapdb = raw::RedisModuleEvent {
-        id: raw::REDISMODULE_EVENT_SWAPDB,
-        dataver: 1,
-    };
-    if raw::subscribe_to_server_event(ctx.ctx, swapdb, Some(on_swapdb)) == raw::Status::Err {
-        return Err("failed to subscribe to the SWAPDB event");
+    let events: [(u64, raw::RedisModuleEventCallback, &str); 3] = [
+        (raw::REDISMODULE_EVENT_FLUSHDB, Some(on_flush), "FLUSHDB"),
+        (raw::REDISMODULE_EVENT_SWAPDB, Some(on_swapdb), "SWAPDB"),
+        (
+            raw::REDISMODULE_EVENT_FORK_CHILD,
+            Some(on_fork),
+            "FORK_CHILD",
+        ),
+    ];
+    for (id, callback, _name) in events {
+        let event = raw::RedisModuleEvent { id, dataver: 1 };
+        if raw::subscribe_to_server_event(ctx.ctx, event, callback) == raw::Status::Err {
+            return Err("failed to subscribe to a server event");
+        }
     }
-    let fork = raw::RedisModuleEvent {
-        id: raw::REDISMODULE_EVENT_FORK_CHILD,
-        dataver: 1,
+    // A lock leaving its key is seen through the type's unlink callback; these events only
+    // tell where a moved lock arrived, and which removals were evictions.
+    let classes = NotifyEvent::GENERIC | NotifyEvent::EVICTED;
+    // SAFETY: ctx.ctx is the OnLoad context; the callback has the signature the API expects.
+    let status = unsafe {
+        raw::RedisModule_SubscribeToKeyspaceEvents.unwrap()(
+            ctx.ctx,
+            classes.bits(),
+            Some(on_key_event),
+        )
     };
-    if raw::subscribe_to_server_event(ctx.ctx, fork, Some(on_fork)) == raw::Status::Err {
-        return Err("failed to subscribe to the FORK_CHILD event");
+    if status != raw::REDISMODULE_OK as c_int {
+        return Err("failed to subscribe to keyspace events");
     }
+    blocked::install(blocked::Callbacks {
+        reply: Some(on_reply),
+        timeout: Some(on_unblock),
+        disconnect: Some(on_disconnect),
+    });
     Ok(())
 }
 
 /// The backstop for a lease-end timer that a wall-clock step delayed (the cron runs on the
-/// event loop's monotonic timers), and the replica's pruning of the expiry index.
+/// event loop's monotonic timers).
 #[cron_event_handler]
 fn on_cron(ctx: &Context, _hz: u64) {
     crate::clock::sync_wall();
-    expiry::on_cron(ctx);
+    engine::on_cron(ctx);
     replication::on_cron(ctx);
 }
 
 /// A master that becomes a replica answers its waiters, as Redis does for its own blocked
-/// clients: none of them can be granted a lock here any more.
+/// clients.
 #[role_changed_event_handler]
-fn on_role_change(ctx: &Context, role: ServerRole) {
+fn on_role_change(_ctx: &Context, role: ServerRole) {
     replication::role_changed(role == ServerRole::Replica);
     if role == ServerRole::Replica {
-        crate::commands::unblock_all_waiters(ctx);
-    }
-}
-
-/// A flush freed locks that clients waited on: answer them on the next turn.
-#[flush_event_handler]
-fn on_flush(ctx: &Context, subevent: FlushSubevent) {
-    if subevent == FlushSubevent::Ended && waiters::has_orphans() {
-        expiry::wake_soon(ctx);
+        engine::demoted();
     }
 }
 
@@ -68,6 +82,35 @@ fn on_loading(_ctx: &Context, subevent: LoadingSubevent) {
         subevent,
         LoadingSubevent::RdbStarted | LoadingSubevent::AofStarted | LoadingSubevent::ReplStarted
     ));
+}
+
+/// A flush is starting (`FLUSHDB`, `FLUSHALL`, `DEBUG RELOAD`, a replica's full sync): its
+/// waiters are answered now, before any background free of the values.
+unsafe extern "C" fn on_flush(
+    _: *mut raw::RedisModuleCtx,
+    _: raw::RedisModuleEvent,
+    subevent: u64,
+    data: *mut c_void,
+) {
+    if subevent != raw::REDISMODULE_SUBEVENT_FLUSHDB_START {
+        return;
+    }
+    // SAFETY: for the FlushDB event Redis passes a RedisModuleFlushInfoV1 that lives for the
+    // duration of the callback.
+    let info = unsafe { &*data.cast::<raw::RedisModuleFlushInfoV1>() };
+    engine::flushed((info.dbnum >= 0).then_some(info.dbnum));
+}
+
+unsafe extern "C" fn on_swapdb(
+    _: *mut raw::RedisModuleCtx,
+    _: raw::RedisModuleEvent,
+    _: u64,
+    data: *mut c_void,
+) {
+    // SAFETY: for the SwapDB event Redis passes a RedisModuleSwapDbInfo that lives for the
+    // duration of the callback.
+    let info = unsafe { &*data.cast::<raw::RedisModuleSwapDbInfo>() };
+    engine::swapped(info.dbnum_first, info.dbnum_second);
 }
 
 /// A child was forked: a replica's full synchronisation or an AOF rewrite may have begun.
@@ -83,33 +126,96 @@ unsafe extern "C" fn on_fork(
     }
 }
 
-unsafe extern "C" fn on_swapdb(
-    _: *mut raw::RedisModuleCtx,
-    _: raw::RedisModuleEvent,
-    _: u64,
-    data: *mut c_void,
-) {
-    // SAFETY: for the SwapDB event Redis passes a RedisModuleSwapDbInfo that lives for the
-    // duration of the callback.
-    let info = unsafe { &*data.cast::<raw::RedisModuleSwapDbInfo>() };
-    expiry::swap_dbs(info.dbnum_first, info.dbnum_second);
+/// A generic or eviction keyspace event: a lock may have arrived under a new name, or been
+/// evicted.
+unsafe extern "C" fn on_key_event(
+    ctx: *mut raw::RedisModuleCtx,
+    _class: c_int,
+    event: *const c_char,
+    key: *mut raw::RedisModuleString,
+) -> c_int {
+    // SAFETY: Redis passes a NUL-terminated event name and a live key name for the duration
+    // of the callback; the key is borrowed, not released.
+    let (event, name) = unsafe {
+        (
+            CStr::from_ptr(event).to_bytes(),
+            ManuallyDrop::new(RedisString::from_redis_module_string(ctx, key)),
+        )
+    };
+    let ctx = Context::new(ctx);
+    match event {
+        b"rename_to" | b"move_to" | b"copy_to" | b"restore" => engine::relocated(&ctx, &name),
+        b"evicted" => engine::evicted(selected_db(&ctx), name.as_slice()),
+        _ => {}
+    }
+    raw::REDISMODULE_OK as c_int
 }
 
-/// `RENAME`, `MOVE` and `COPY` put a lock under a name or database it does not know yet; it
-/// keeps its own, for the lease-end sweep to find it by.
-pub fn on_keyspace_event(ctx: &Context, _: NotifyEvent, event: &str, key: &[u8]) {
-    if event == "del" && waiters::has_orphans() {
-        // A deleted lock had waiters; they are answered from the event loop, not from here.
-        expiry::wake_soon(ctx);
-        return;
+/// A waiter's reply is due: granted, null, or the error of a demoted master.
+unsafe extern "C" fn on_reply(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    match engine::deliver(blocked::woken_id(ctx)) {
+        Reply::Granted(fence) => {
+            raw::reply_with_long_long(ctx, fence as i64);
+        }
+        Reply::Null => {
+            raw::reply_with_null(ctx);
+        }
+        Reply::Demoted => raw::reply_with_error(
+            ctx,
+            c"UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)"
+                .as_ptr(),
+        ),
     }
-    if !matches!(event, "rename_to" | "move_to" | "copy_to" | "restore") {
-        return;
+    raw::REDISMODULE_OK as c_int
+}
+
+/// `CLIENT UNBLOCK` on a waiter (without `ERROR`): null, as a `BLPOP` gets.
+unsafe extern "C" fn on_unblock(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    engine::unblocked_by_client(blocked::handle_of(ctx));
+    raw::reply_with_null(ctx);
+    raw::REDISMODULE_OK as c_int
+}
+
+/// A waiter disconnected, or `CLIENT UNBLOCK … ERROR` ended its wait (the server replies
+/// the error itself).
+unsafe extern "C" fn on_disconnect(
+    ctx: *mut raw::RedisModuleCtx,
+    bc: *mut raw::RedisModuleBlockedClient,
+) {
+    engine::blocked_client_left(&Context::new(ctx), Handle::from_raw(bc));
+}
+
+/// `INFO lock`: the module's default section, so its fields read `lock_held`, `lock_acquires`…
+#[info_command_handler]
+fn info_section(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
+    let fields = [
+        ("held", stats::locks()),
+        ("waiting_clients", engine::waiting_clients() as i64),
+        ("acquires", stats::ACQUIRES.get()),
+        ("contended_acquires", stats::CONTENDED.get()),
+        ("releases", stats::RELEASES.get()),
+        ("extends", stats::EXTENDS.get()),
+        ("fences", stats::FENCES.get()),
+        ("lease_ends", stats::LEASE_ENDS.get()),
+        ("grants", stats::GRANTS.get()),
+        ("wait_timeouts", stats::WAIT_TIMEOUTS.get()),
+        ("evictions", stats::EVICTIONS.get()),
+        // 0 on a master with no replica, backlog or AOF (see replication.rs).
+        ("propagating", i64::from(replication::stream_is_read())),
+    ];
+    // An empty section name is the module's default section, `# lock`.
+    let mut section = ctx.builder().add_section("");
+    for (name, value) in fields {
+        section = section.field(name, value)?;
     }
-    let name = redis_module::RedisString::create_from_slice(ctx.ctx, key);
-    let handle = LockKey::open(ctx, &name);
-    if let Ok(Some(lock)) = handle.lock() {
-        lock.relocate(key, crate::keyspace::selected_db(ctx));
-        expiry::ensure_armed(ctx);
-    }
+    section.build_section()?.build_info()?;
+    Ok(())
 }

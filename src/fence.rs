@@ -16,8 +16,6 @@
 //! Ten counter bits keep fences below 2^53 until the year 2248, so that clients that hold
 //! integers as doubles (JavaScript, Lua) compare them exactly.
 
-use std::sync::{Mutex, MutexGuard};
-
 pub const COUNTER_BITS: u32 = 10;
 
 /// The largest fence accepted from outside (RDB, `RESTORE`, replication, AOF). A fence near
@@ -38,6 +36,10 @@ pub struct FenceIssuer {
 }
 
 impl FenceIssuer {
+    pub const fn new() -> Self {
+        FenceIssuer { high_water: 0 }
+    }
+
     pub fn high_water(&self) -> u64 {
         self.high_water
     }
@@ -58,14 +60,6 @@ impl FenceIssuer {
 
 fn floor(wall_ms: i64) -> u64 {
     (wall_ms.max(0) as u64) << COUNTER_BITS
-}
-
-static SERVER_FENCES: Mutex<FenceIssuer> = Mutex::new(FenceIssuer { high_water: 0 });
-
-/// This server's issuer. Only the main thread touches it (commands, callbacks, loading), so
-/// the lock is never contended; it is a `Mutex` only to make the static safe.
-pub fn server_fences() -> MutexGuard<'static, FenceIssuer> {
-    SERVER_FENCES.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

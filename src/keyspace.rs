@@ -1,57 +1,96 @@
-//! The few keyspace calls the crate has no safe wrapper for: a key handle that sees its value
-//! as a lock, which database a context has selected, selecting one from a callback, telling
-//! `WATCH` a key changed, and propagating a lock's state without building Rust strings for it.
+//! Keys as the engine reaches them: a handle that sees its value as a lock, which database
+//! a context has selected, selecting one from a callback, and telling `WATCH` a key changed.
+//! These are the calls the crate has no safe wrapper for.
 
-use std::ffi::CStr;
-use std::os::raw::{c_char, c_int, c_void};
+use std::os::raw::{c_int, c_void};
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 use redis_module::{raw, Context, RedisString};
 
 use crate::error::LockError;
 use crate::lock::Lock;
-use crate::persistence::LOCK_TYPE;
 
-/// A key opened for reading and writing, whose value is a lock or nothing.
+/// The lock data type, as the server registered it (set once at load).
+static LOCK_TYPE: AtomicPtr<raw::RedisModuleType> = AtomicPtr::new(std::ptr::null_mut());
+
+pub fn set_lock_type(t: *mut raw::RedisModuleType) {
+    LOCK_TYPE.store(t, Ordering::Relaxed);
+}
+
+fn lock_type() -> *mut raw::RedisModuleType {
+    LOCK_TYPE.load(Ordering::Relaxed)
+}
+
+/// What a key held when it was opened (or since, through this handle).
+#[derive(Clone, Copy)]
+enum Slot {
+    Empty,
+    Lock(*mut Lock),
+    Other,
+}
+
+/// An open key whose value is a lock, nothing, or another type.
 ///
-/// The crate's `RedisKeyWritable` checks the value's type with two calls and a `RefCell`
-/// borrow on every access, and an acquire made three (find, store, find again); here it is
-/// one call, and storing hands back the lock without looking it up again.
+/// The value's type is looked up once, when the key is opened. The lock is reached only
+/// through `&mut self`, so no reference to it outlives the handle, and none is alive when
+/// `delete` frees it: the borrow checker sees to both.
 pub struct LockKey {
     key: *mut raw::RedisModuleKey,
+    slot: Slot,
 }
 
 impl LockKey {
+    /// Opens `name` in the context's selected database, for reading and writing.
     pub fn open(ctx: &Context, name: &RedisString) -> LockKey {
-        let mode = (raw::REDISMODULE_READ | raw::REDISMODULE_WRITE) as c_int;
-        // SAFETY: ctx.ctx and name.inner are live; Redis returns a handle (never null in
-        // write mode) that stays valid until CloseKey in Drop.
-        let key = unsafe { raw::RedisModule_OpenKey.unwrap()(ctx.ctx, name.inner, mode) };
-        LockKey { key: key.cast() }
+        Self::open_mode(ctx, name, raw::REDISMODULE_READ | raw::REDISMODULE_WRITE)
     }
 
-    /// The lock stored at this key, `None` if the key is empty. The lock belongs to the
-    /// keyspace, not to the handle: the borrow only keeps the handle open while it is used.
-    #[allow(clippy::mut_from_ref)]
-    pub fn lock(&self) -> Result<Option<&mut Lock>, LockError> {
-        // SAFETY: the handle is open. A value of the lock type was stored by `store` as a
-        // Box<Lock> and is only freed by Redis through the type's free callback.
-        unsafe {
-            if raw::RedisModule_ModuleTypeGetType.unwrap()(self.key) == lock_type() {
-                let value = raw::RedisModule_ModuleTypeGetValue.unwrap()(self.key);
-                return Ok(Some(&mut *value.cast::<Lock>()));
-            }
-            if raw::RedisModule_KeyType.unwrap()(self.key)
+    /// Opens `name` for reading only (`LOCK.INFO`).
+    pub fn open_read(ctx: &Context, name: &RedisString) -> LockKey {
+        Self::open_mode(ctx, name, raw::REDISMODULE_READ)
+    }
+
+    fn open_mode(ctx: &Context, name: &RedisString, mode: u32) -> LockKey {
+        // SAFETY: ctx.ctx and name.inner are live; the handle Redis returns stays valid
+        // until CloseKey in Drop. A read-only open of a missing key returns NULL, which every
+        // call below accepts (it reads as an empty key).
+        let key = unsafe { raw::RedisModule_OpenKey.unwrap()(ctx.ctx, name.inner, mode as c_int) };
+        let key: *mut raw::RedisModuleKey = key.cast();
+        // SAFETY: the handle is open (or NULL, which both calls accept). A value of the lock
+        // type was stored by `store` as a Box<Lock> and is freed only through the type's
+        // free callback.
+        let slot = unsafe {
+            if key.is_null() {
+                Slot::Empty
+            } else if raw::RedisModule_ModuleTypeGetType.unwrap()(key) == lock_type() {
+                Slot::Lock(raw::RedisModule_ModuleTypeGetValue.unwrap()(key).cast())
+            } else if raw::RedisModule_KeyType.unwrap()(key)
                 == raw::REDISMODULE_KEYTYPE_EMPTY as c_int
             {
-                return Ok(None);
+                Slot::Empty
+            } else {
+                Slot::Other
             }
+        };
+        LockKey { key, slot }
+    }
+
+    /// The lock at this key, `None` if the key is empty, `WRONGTYPE` for another type.
+    pub fn lock(&mut self) -> Result<Option<&mut Lock>, LockError> {
+        match self.slot {
+            Slot::Empty => Ok(None),
+            // SAFETY: the value is alive while the key holds it, and this handle is the
+            // only way to it for as long as the returned borrow of `self` lasts.
+            Slot::Lock(lock) => Ok(Some(unsafe { &mut *lock })),
+            Slot::Other => Err(LockError::WrongType),
         }
-        Err(LockError::WrongType)
     }
 
     /// Stores `lock` at this empty key and returns it at its final address.
-    #[allow(clippy::mut_from_ref)]
-    pub fn store(&self, lock: Lock) -> Result<&mut Lock, LockError> {
+    pub fn store(&mut self, lock: Lock) -> Result<&mut Lock, LockError> {
+        if !matches!(self.slot, Slot::Empty) || self.key.is_null() {
+            return Err(LockError::WrongType);
+        }
         let value = Box::into_raw(Box::new(lock));
         // SAFETY: the handle is open for writing; on success Redis owns `value` and frees it
         // through the type's free callback, on failure it is still ours.
@@ -65,26 +104,30 @@ impl LockKey {
                 drop(Box::from_raw(value));
                 return Err(LockError::WrongType);
             }
-            Ok(&mut *value)
         }
+        self.slot = Slot::Lock(value);
+        self.lock().map(|l| l.expect("just stored"))
     }
 
-    /// Deletes the key (its lock goes through the type's free callback).
-    pub fn delete(&self) {
-        // SAFETY: the handle is open for writing.
+    /// Deletes the key; its lock goes through the type's free callback.
+    pub fn delete(&mut self) {
+        if self.key.is_null() {
+            return;
+        }
+        // SAFETY: the handle is open for writing (a read-only handle never holds a lock
+        // that the engine deletes: INFO changes nothing).
         unsafe { raw::RedisModule_DeleteKey.unwrap()(self.key) };
+        self.slot = Slot::Empty;
     }
 }
 
 impl Drop for LockKey {
     fn drop(&mut self) {
-        // SAFETY: opened in `open`, closed once.
-        unsafe { raw::RedisModule_CloseKey.unwrap()(self.key) };
+        if !self.key.is_null() {
+            // SAFETY: opened in `open_mode`, closed once.
+            unsafe { raw::RedisModule_CloseKey.unwrap()(self.key) };
+        }
     }
-}
-
-fn lock_type() -> *mut raw::RedisModuleType {
-    *LOCK_TYPE.raw_type.borrow()
 }
 
 pub fn selected_db(ctx: &Context) -> i32 {
@@ -92,8 +135,8 @@ pub fn selected_db(ctx: &Context) -> i32 {
     unsafe { raw::RedisModule_GetSelectedDb.unwrap()(ctx.ctx) }
 }
 
-/// Selects `db` in a callback's context and names `key` in it, for a callback (timer,
-/// disconnect) that acts on a key it remembered. `None` if the database no longer exists
+/// Selects `db` in a callback's context and names `key` in it, for a callback (the timer,
+/// the cron) that acts on a key it remembered. `None` if the database no longer exists
 /// (a restart with fewer `databases`).
 pub fn key_in_db(ctx: &Context, db: i32, key: &[u8]) -> Option<RedisString> {
     // SAFETY: ctx.ctx is the live context of this callback; SelectDb only fails for a
@@ -108,134 +151,5 @@ pub fn signal_modified(ctx: &Context, key: &RedisString) {
     // SAFETY: both pointers are live for this call.
     unsafe {
         raw::RedisModule_SignalModifiedKey.unwrap()(ctx.ctx, key.inner);
-    }
-}
-
-/// The holder's token as `replicate_state` propagates it: the client's own argument where
-/// the command has one (Redis takes a reference to it instead of copying), else the bytes
-/// the lock stores.
-#[derive(Clone, Copy)]
-pub enum TokenArg<'a> {
-    Arg(&'a RedisString),
-    Bytes(&'a [u8]),
-}
-
-/// Propagates `LOCK.APPLY key token deadline fence` to replicas and the AOF.
-///
-/// `RedisModule_Replicate` is the most expensive call on the acquire path (it looks the
-/// command up by name and builds a fresh argument vector), so the arguments are passed in
-/// the forms it copies least: strings Redis already holds by reference ("s"), and the two
-/// numbers formatted here on the stack ("b", one allocation each instead of the two "l"
-/// costs). Measured in `make bench`'s profile mode.
-pub fn replicate_state(
-    ctx: &Context,
-    key: &RedisString,
-    token: TokenArg,
-    deadline: i64,
-    fence: u64,
-) {
-    let mut d = Decimal::new();
-    let mut f = Decimal::new();
-    let deadline = d.format(deadline.unsigned_abs(), deadline < 0);
-    let fence = f.format(fence, false);
-    let name = c"LOCK.APPLY".as_ptr();
-    // SAFETY: each format matches the arguments that follow it: "s" a live RedisModuleString,
-    // "b" a pointer and a length. Redis copies or references them before returning.
-    unsafe {
-        let replicate = raw::RedisModule_Replicate.unwrap();
-        match token {
-            TokenArg::Arg(token) => replicate(
-                ctx.ctx,
-                name,
-                c"ssbb".as_ptr(),
-                key.inner,
-                token.inner,
-                deadline.as_ptr().cast::<c_char>(),
-                deadline.len(),
-                fence.as_ptr().cast::<c_char>(),
-                fence.len(),
-            ),
-            TokenArg::Bytes(token) => replicate(
-                ctx.ctx,
-                name,
-                c"sbbb".as_ptr(),
-                key.inner,
-                token.as_ptr().cast::<c_char>(),
-                token.len(),
-                deadline.as_ptr().cast::<c_char>(),
-                deadline.len(),
-                fence.as_ptr().cast::<c_char>(),
-                fence.len(),
-            ),
-        };
-    }
-}
-
-/// A number in decimal, written into a stack buffer.
-struct Decimal {
-    buf: [u8; 21],
-}
-
-impl Decimal {
-    fn new() -> Self {
-        Decimal { buf: [0; 21] }
-    }
-
-    fn format(&mut self, mut n: u64, negative: bool) -> &[u8] {
-        let mut at = self.buf.len();
-        loop {
-            at -= 1;
-            self.buf[at] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        if negative {
-            at -= 1;
-            self.buf[at] = b'-';
-        }
-        &self.buf[at..]
-    }
-}
-
-/// Propagates `DEL key`.
-pub fn replicate_del(ctx: &Context, key: &RedisString) {
-    // SAFETY: the format "s" matches the one RedisModuleString argument.
-    unsafe {
-        raw::RedisModule_Replicate.unwrap()(ctx.ctx, c"DEL".as_ptr(), c"s".as_ptr(), key.inner);
-    }
-}
-
-/// A keyspace event of the module class. The crate's wrapper allocates a C string for the
-/// event name on every call; these names are static.
-pub fn notify(ctx: &Context, event: &CStr, key: &RedisString) {
-    // SAFETY: ctx.ctx and key.inner are live; `event` is NUL-terminated and outlives the
-    // call (Redis copies what it publishes).
-    unsafe {
-        raw::RedisModule_NotifyKeyspaceEvent.unwrap()(
-            ctx.ctx,
-            raw::NotifyEvent::MODULE.bits() as c_int,
-            event.as_ptr(),
-            key.inner,
-        );
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Decimal;
-
-    #[test]
-    fn decimal_formats_like_to_string() {
-        for n in [0u64, 7, 10, 999, 1_796_011_764_123, u64::MAX] {
-            assert_eq!(Decimal::new().format(n, false), n.to_string().as_bytes());
-        }
-        assert_eq!(Decimal::new().format(42, true), b"-42");
-        let min = i64::MIN;
-        assert_eq!(
-            Decimal::new().format(min.unsigned_abs(), true),
-            min.to_string().as_bytes()
-        );
     }
 }

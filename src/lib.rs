@@ -1,36 +1,37 @@
 //! redis-lock: a Redis module that makes the distributed lock a native data type.
 //!
-//! - `lock.rs`: the lock as a pure state machine (holder, deadline, fence, queue).
-//! - `fence.rs`: how fences are issued so that they never go backwards.
-//! - `args.rs`, `error.rs`: argument parsing and the error replies.
-//! - `commands.rs`: the `LOCK.*` commands over the state machine.
-//! - `command_table.rs`: the commands' names and flags, and how Redis calls them.
-//! - `waiters.rs`: clients blocked in `LOCK.ACQUIRE … WAIT`.
-//! - `persistence.rs`: the data type's RDB, AOF and memory callbacks.
-//! - `expiry.rs`: lease and wait deadlines, from one index, one timer and the cron backstop;
-//!   `block_set.rs` is the ordered set the index keeps leases in.
-//! - `keyspace.rs`: keyspace and propagation calls the crate has no safe wrapper for.
-//! - `replication.rs`: whether anything reads the propagated effects.
-//! - `command_info.rs`, `stats.rs`: `COMMAND INFO`/`DOCS`, and `INFO lock`.
-//! - `events.rs`, `config.rs`, `clock.rs`: server events, configuration, the two clocks.
+//! Three layers; imports run downwards only.
+//!
+//! - Pure logic, no server: `lock.rs` (the lock as a state machine: holder, deadline,
+//!   fence), `fence.rs` (fences that never go backwards), `args.rs` and `error.rs`
+//!   (arguments and error replies), `clock.rs` (the two clocks), `block_set.rs` (the ordered
+//!   set of lease deadlines), `config.rs`, `stats.rs` (counters and client-visible events).
+//!   Server primitives beside them: `keyspace.rs` (a key handle that borrows its lock),
+//!   `blocked.rs` (blocked clients), `propagate.rs` (effects sent to replicas and the AOF),
+//!   `replication.rs` (whether anything reads them).
+//! - `engine/`: owns all module state (lease index, waiters, fences, timer) and makes every
+//!   change to a lock and every hand-off.
+//! - Adapters the server calls: `command_table.rs` (each command described once) and
+//!   `commands.rs`, `events.rs` (server and keyspace events, blocked-client callbacks,
+//!   `INFO lock`), `persistence.rs` (the data type's callbacks).
 
 mod args;
 mod block_set;
+mod blocked;
 mod clock;
-mod command_info;
 mod command_table;
 mod commands;
 mod config;
+mod engine;
 mod error;
 mod events;
-mod expiry;
 mod fence;
 mod keyspace;
 mod lock;
 mod persistence;
+mod propagate;
 mod replication;
 mod stats;
-mod waiters;
 
 use redis_module::configuration::ConfigurationFlags;
 use redis_module::{redis_module, AclCategory, Context, ModuleOptions, RedisString, Status};
@@ -54,15 +55,12 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         ModuleOptions::HANDLE_IO_ERRORS | ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED,
     );
     replication::init(ctx);
+    keyspace::set_lock_type(*LOCK_TYPE.raw_type.borrow());
     if let Err(e) = events::subscribe(ctx) {
         ctx.log_warning(e);
         return Status::Err;
     }
     if let Err(e) = command_table::register(ctx) {
-        ctx.log_warning(&e);
-        return Status::Err;
-    }
-    if let Err(e) = command_info::describe(ctx) {
         ctx.log_warning(&e);
         return Status::Err;
     }
@@ -80,9 +78,7 @@ redis_module! {
     init: init,
     // The commands are registered by init, from command_table.rs.
     commands: [],
-    event_handlers: [
-        [@GENERIC: events::on_keyspace_event],
-    ],
+    event_handlers: [],
     configurations: [
         i64: [
             ["max-ttl", &config::MAX_TTL, config::DEFAULT_MAX_TTL, 1, config::MAX_TTL_LIMIT, ConfigurationFlags::DEFAULT, None],

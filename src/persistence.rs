@@ -14,12 +14,10 @@ use redis_module::{raw, RedisString};
 use crate::args::MAX_TOKEN_LEN;
 use crate::clock;
 use crate::config;
-use crate::expiry;
+use crate::engine::{self, leases};
 use crate::fence;
-use crate::fence::server_fences;
 use crate::lock::Lock;
 use crate::stats;
-use crate::waiters;
 
 /// Bump when the saved layout changes; `rdb_load` refuses versions it does not know.
 pub const LOCK_ENCODING_VERSION: i32 = 1;
@@ -40,7 +38,7 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         aux_save2: None,
         aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as i32,
         free_effort: None,
-        unlink: None,
+        unlink: Some(unlink),
         copy: Some(copy),
         defrag: None,
         copy2: None,
@@ -69,9 +67,9 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
     let Some(lock) = load_lock(rdb) else {
         return ptr::null_mut();
     };
-    server_fences().observe(lock.fence());
+    engine::fences().observe(lock.fence());
     let lock = Box::new(lock);
-    expiry::track_without_timer(&lock);
+    leases::track(&lock);
     stats::lock_created();
     Box::into_raw(lock).cast()
 }
@@ -147,14 +145,19 @@ unsafe extern "C" fn aof_rewrite(
 }
 
 unsafe extern "C" fn free(value: *mut c_void) {
-    // SAFETY: the value was created by this module with `Box<Lock>` and Redis frees it once.
-    let mut lock = unsafe { Box::from_raw(value.cast::<Lock>()) };
-    expiry::forget(&lock);
+    // SAFETY: the value was created by this module with `Box<Lock>` and Redis frees it once,
+    // possibly on a background thread; nothing else reaches it then but the lease index,
+    // which `forget` takes it out of under the index's mutex.
+    let lock = unsafe { Box::from_raw(value.cast::<Lock>()) };
+    leases::forget(&lock);
     stats::lock_freed();
-    if lock.waiter_count() > 0 {
-        // The key was deleted under its waiters; they are answered on the main thread.
-        waiters::orphan(lock.take_waiters().into_iter().map(|w| w.id));
-    }
+}
+
+/// The key leaves the keyspace (on the main thread, before the value is freed): the engine
+/// notes which, to count evictions.
+unsafe extern "C" fn unlink(_key: *mut raw::RedisModuleString, value: *const c_void) {
+    // SAFETY: as in rdb_save.
+    engine::unlinked(unsafe { &*value.cast::<Lock>() });
 }
 
 unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
@@ -171,13 +174,13 @@ unsafe extern "C" fn copy(
     // comes with the `copy_to` keyspace event that follows.
     let (lock, to) = unsafe { (&*value.cast::<Lock>(), RedisString::string_as_slice(to)) };
     let copy = Box::new(lock.copied_to(to));
-    expiry::track_without_timer(&copy);
+    leases::track(&copy);
     stats::lock_created();
     Box::into_raw(copy).cast()
 }
 
 unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
-    raw::save_unsigned(rdb, server_fences().high_water());
+    raw::save_unsigned(rdb, engine::fences().high_water());
 }
 
 unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
@@ -186,7 +189,7 @@ unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when
     }
     match raw::load_unsigned(rdb) {
         Ok(high_water) => {
-            server_fences().observe(high_water);
+            engine::fences().observe(high_water);
             raw::REDISMODULE_OK as c_int
         }
         Err(_) => raw::REDISMODULE_ERR as c_int,

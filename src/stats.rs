@@ -1,13 +1,12 @@
-//! What the module counts, and the `INFO lock` section that shows it. Counters are atomics
-//! because a lock can be freed on a background thread (`FLUSHALL ASYNC`); every update is a
-//! relaxed add, which costs the command path next to nothing.
+//! What the module counts (shown by `INFO lock`, in `events.rs`), and the changes clients
+//! can see: each counted, and announced as a keyspace event of the module class. Counters
+//! are atomics because a lock can be freed on a background thread (`FLUSHALL ASYNC`); every
+//! update is a relaxed add, which costs the command path next to nothing.
 
+use std::ffi::CStr;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
-use redis_module::{InfoContext, RedisResult};
-use redis_module_macros::info_command_handler;
-
-use crate::waiters;
+use redis_module::{Context, RedisString};
 
 pub struct Counter(AtomicU64);
 
@@ -20,7 +19,7 @@ impl Counter {
         self.0.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn get(&self) -> i64 {
+    pub fn get(&self) -> i64 {
         self.0.load(Ordering::Relaxed) as i64
     }
 }
@@ -36,7 +35,10 @@ pub static EXTENDS: Counter = Counter::new();
 pub static FENCES: Counter = Counter::new();
 pub static LEASE_ENDS: Counter = Counter::new();
 pub static GRANTS: Counter = Counter::new();
+/// Waits that ended without the lock: timed out, or `CLIENT UNBLOCK`.
 pub static WAIT_TIMEOUTS: Counter = Counter::new();
+/// Locks the server evicted (`maxmemory` with an `allkeys-*` policy).
+pub static EVICTIONS: Counter = Counter::new();
 
 /// Lock values in memory: created by acquire, load, restore, copy; freed with their key.
 static LOCKS: AtomicI64 = AtomicI64::new(0);
@@ -49,31 +51,47 @@ pub fn lock_freed() {
     LOCKS.fetch_sub(1, Ordering::Relaxed);
 }
 
-/// `INFO lock`: the module's default section, so its fields read `lock_held`, `lock_acquires`…
-#[info_command_handler]
-fn info_section(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
-    let fields = [
-        ("held", LOCKS.load(Ordering::Relaxed).max(0)),
-        ("waiting_clients", waiters::count() as i64),
-        ("acquires", ACQUIRES.get()),
-        ("contended_acquires", CONTENDED.get()),
-        ("releases", RELEASES.get()),
-        ("extends", EXTENDS.get()),
-        ("fences", FENCES.get()),
-        ("lease_ends", LEASE_ENDS.get()),
-        ("grants", GRANTS.get()),
-        ("wait_timeouts", WAIT_TIMEOUTS.get()),
-        // 0 on a master with no replica, backlog or AOF (see replication.rs).
-        (
-            "propagating",
-            i64::from(crate::replication::stream_is_read()),
-        ),
-    ];
-    // An empty section name is the module's default section, `# lock`.
-    let mut section = ctx.builder().add_section("");
-    for (name, value) in fields {
-        section = section.field(name, value)?;
+pub fn locks() -> i64 {
+    LOCKS.load(Ordering::Relaxed).max(0)
+}
+
+/// A change that clients can see: counted in `INFO lock`, and announced as a keyspace event
+/// of the module class (`notify-keyspace-events` with `d`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    Acquired,
+    Extended,
+    Fenced,
+    Granted,
+    Released,
+    Expired,
+}
+
+impl Event {
+    fn name(self) -> &'static CStr {
+        match self {
+            Event::Acquired => c"lock.acquired",
+            Event::Extended => c"lock.extended",
+            Event::Fenced => c"lock.fenced",
+            Event::Granted => c"lock.granted",
+            Event::Released => c"lock.released",
+            Event::Expired => c"lock.expired",
+        }
     }
-    section.build_section()?.build_info()?;
-    Ok(())
+
+    fn counter(self) -> &'static Counter {
+        match self {
+            Event::Acquired => &ACQUIRES,
+            Event::Extended => &EXTENDS,
+            Event::Fenced => &FENCES,
+            Event::Granted => &GRANTS,
+            Event::Released => &RELEASES,
+            Event::Expired => &LEASE_ENDS,
+        }
+    }
+}
+
+pub fn record(ctx: &Context, event: Event, key: &RedisString) {
+    event.counter().bump();
+    crate::propagate::notify(ctx, event.name(), key);
 }

@@ -16,7 +16,7 @@ use redis::{Connection, Value};
 /// Wider than any lease a test waits out, narrower than a hang.
 const LEASE_WAIT: Duration = Duration::from_secs(5);
 
-const COUNTERS: [&str; 8] = [
+const COUNTERS: [&str; 9] = [
     "acquires",
     "contended_acquires",
     "releases",
@@ -25,6 +25,7 @@ const COUNTERS: [&str; 8] = [
     "lease_ends",
     "grants",
     "wait_timeouts",
+    "evictions",
 ];
 const GAUGES: [&str; 2] = ["held", "waiting_clients"];
 /// A state, 0 or 1 (tests/propagation.rs follows it).

@@ -1,0 +1,118 @@
+//! The lease index: every lock in the keyspace, ordered by the monotonic deadline of its
+//! lease, so that one timer for the earliest deadline ends them all on time.
+//!
+//! An entry is (deadline, address of the `Lock` value). Every lock in the keyspace has
+//! exactly one entry: added when the lock is created (acquire, load, restore, copy), moved
+//! when its deadline moves, and removed by the type's free callback before the value's
+//! memory is released. The lock carries its key's name and database, so an entry costs 16
+//! bytes and no copy of the key.
+//!
+//! This is the one part of the engine's state that another thread touches: a flush with
+//! `ASYNC` (or a lazy server) frees locks on a background thread, whose free callback
+//! removes their entries. So it has its own mutex, and an address is dereferenced only
+//! while that mutex is held: a lock being freed elsewhere is never read after it is gone.
+
+use std::cell::Cell;
+use std::sync::{Mutex, MutexGuard};
+
+use crate::block_set::BlockSet;
+use crate::lock::Lock;
+
+static LEASES: Mutex<BlockSet<(u64, usize)>> = Mutex::new(BlockSet::new());
+
+fn leases() -> MutexGuard<'static, BlockSet<(u64, usize)>> {
+    LEASES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn address(lock: &Lock) -> usize {
+    lock as *const Lock as usize
+}
+
+/// Moves the entry of the lock at `lock` from deadline `old` to `new` (either may be
+/// absent); the earliest deadline afterwards.
+pub fn update(lock: usize, old: Option<u64>, new: Option<u64>) -> Option<u64> {
+    let mut l = leases();
+    if let Some(old) = old {
+        l.remove(&(old, lock));
+    }
+    if let Some(new) = new {
+        l.insert((new, lock));
+    }
+    l.first().map(|e| e.0)
+}
+
+/// Adds a new lock's entry (loaded, restored or copied, outside any command).
+pub fn track(lock: &Lock) {
+    update(address(lock), None, Some(lock.deadline()));
+}
+
+pub fn earliest() -> Option<u64> {
+    leases().first().map(|e| e.0)
+}
+
+/// A lock whose deadline came up: where to find it.
+pub struct Due {
+    pub lock: usize,
+    pub db: i32,
+    pub key: Vec<u8>,
+}
+
+/// The next entry due at `now`, taken out of the index, with its lock's name.
+pub fn pop_due(now: u64) -> Option<Due> {
+    let mut l = leases();
+    if l.first()?.0 > now {
+        return None;
+    }
+    let (_, lock) = l.pop_first()?;
+    // SAFETY: the index holds only live locks (the free callback removes an entry under this
+    // mutex before the lock is freed), and the mutex is held while the name is copied out.
+    let value = unsafe { &*(lock as *const Lock) };
+    Some(Due {
+        lock,
+        db: value.db(),
+        key: value.key().to_vec(),
+    })
+}
+
+/// `SWAPDB a b` swapped the contents of two databases: every lock in one is in the other.
+pub fn swap_dbs(a: i32, b: i32) {
+    let l = leases();
+    for (_, lock) in l.iter() {
+        // SAFETY: as in pop_due; SWAPDB runs on the main thread, which is the only one that
+        // changes live locks, and the mutex keeps a background free from racing the write.
+        let lock = unsafe { &mut *(lock as *mut Lock) };
+        let db = match lock.db() {
+            db if db == a => b,
+            db if db == b => a,
+            db => db,
+        };
+        if db != lock.db() {
+            let key = lock.key().to_vec();
+            lock.relocate(&key, db);
+        }
+    }
+}
+
+thread_local! {
+    /// The lock whose key `remove_and_delete` is deleting on this thread, if any.
+    static DELETING: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Removes a lock's entry; the type's free callback calls this before the memory goes.
+pub fn forget(lock: &Lock) {
+    if DELETING.get() == address(lock) {
+        return; // taken out by `remove_and_delete`, which is deleting its key right now
+    }
+    update(address(lock), Some(lock.deadline()), None);
+}
+
+/// Takes out the entry of the lock at `lock` (indexed under `deadline`), then runs
+/// `delete`, which deletes its key. The free callback that runs inside `delete` then has
+/// nothing to look for, which spares every release a second lock of the index. A free that
+/// the server defers to a background thread does not see the mark and looks (in vain).
+pub fn remove_and_delete(lock: usize, deadline: u64, delete: impl FnOnce()) {
+    update(lock, Some(deadline), None);
+    DELETING.set(lock);
+    delete();
+    DELETING.set(0);
+}

@@ -1,0 +1,337 @@
+//! What the `LOCK.*` commands do to a lock, once their arguments are parsed.
+//!
+//! Effects are propagated as state, never as the command: `LOCK.APPLY key token deadline
+//! fence` with the absolute Unix-millisecond deadline, and `DEL key` when a lock goes away,
+//! so that a replica or a replayed AOF holds exactly what the master held, whatever its
+//! clock. While nothing reads the stream (`replication.rs`), a client's command stands in
+//! for its state, which the server then discards unbuilt.
+
+use redis_module::{Context, ContextFlags, RedisString};
+
+use super::{fences, leases, with, Engine};
+use crate::args::{AcquireArgs, ApplyArgs};
+use crate::blocked;
+use crate::clock::{self, Now};
+use crate::config;
+use crate::error::LockError;
+use crate::keyspace::{selected_db, signal_modified, LockKey};
+use crate::lock::{Acquire, Lock};
+use crate::propagate::TokenArg;
+use crate::replication;
+use crate::stats::{self, Event};
+
+/// How a change reaches replicas and the AOF.
+#[derive(Clone, Copy)]
+pub(super) enum Propagation<'a> {
+    /// `LOCK.APPLY key token deadline fence`: the state, with the holder's token.
+    State(TokenArg<'a>),
+    /// The client's command itself (see the module comment).
+    Verbatim,
+}
+
+impl<'a> Propagation<'a> {
+    /// For a change a client's command made: the token by reference to its argument.
+    fn of_command(token: &'a RedisString) -> Self {
+        if replication::stream_is_read() {
+            Propagation::State(TokenArg::Arg(token))
+        } else {
+            Propagation::Verbatim
+        }
+    }
+}
+
+/// What `LOCK.ACQUIRE` answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acquired {
+    Fence(u64),
+    Null,
+    /// The client waits; its reply comes with the grant or the timeout.
+    Blocked,
+}
+
+/// True for a command the master link or the AOF sent.
+pub fn is_replay(ctx: &Context) -> bool {
+    from_master_or_aof(ctx)
+}
+
+fn from_master_or_aof(ctx: &Context) -> bool {
+    ctx.get_flags()
+        .intersects(ContextFlags::REPLICATED | ContextFlags::LOADING)
+}
+
+fn may_block(ctx: &Context) -> bool {
+    !ctx.get_flags()
+        .intersects(ContextFlags::MULTI | ContextFlags::LUA | ContextFlags::DENY_BLOCKING)
+}
+
+/// `LOCK.ACQUIRE key token ttl [WAIT timeout]`; `wait_until` is the monotonic deadline of
+/// the wait (`Some(None)` waits without limit).
+pub fn acquire(
+    ctx: &Context,
+    name: &RedisString,
+    token_arg: &RedisString,
+    a: &AcquireArgs,
+    wait_until: Option<Option<u64>>,
+    now: Now,
+) -> Result<Acquired, LockError> {
+    with(|e| e.acquire(ctx, name, token_arg, a, wait_until, now))
+}
+
+impl Engine {
+    fn acquire(
+        &mut self,
+        ctx: &Context,
+        name: &RedisString,
+        token_arg: &RedisString,
+        a: &AcquireArgs,
+        wait_until: Option<Option<u64>>,
+        now: Now,
+    ) -> Result<Acquired, LockError> {
+        let db = selected_db(ctx);
+        let mut key = LockKey::open(ctx, name);
+        self.settle(ctx, &mut key, db, name, now)?;
+        let Some(lock) = key.lock()? else {
+            let (lock, fence) =
+                Lock::acquired(name.as_slice(), db, a.token, a.ttl, now, &mut fences());
+            let lock = key.store(lock)?;
+            stats::lock_created();
+            let propagation = Propagation::of_command(token_arg);
+            self.changed(ctx, name, lock, propagation, None, now, Event::Acquired);
+            return Ok(Acquired::Fence(fence));
+        };
+        let indexed = lock.deadline();
+        let (fence, event) = match lock.acquire(a.token, a.ttl, now, &mut fences()) {
+            Acquire::Granted(fence) => (fence, Event::Acquired),
+            Acquire::Renewed(fence) => (fence, Event::Extended),
+            Acquire::Busy => {
+                stats::CONTENDED.bump();
+                // Inside MULTI or a script, WAIT does not block: the reply is as without it.
+                let Some(timeout_at) = wait_until.filter(|_| may_block(ctx)) else {
+                    return Ok(Acquired::Null);
+                };
+                let handle = blocked::block(ctx);
+                let waits_for = name.as_slice();
+                self.waiters
+                    .enqueue(handle, db, waits_for, a.token, a.ttl, timeout_at);
+                if let Some(at) = timeout_at {
+                    self.arm(ctx, Some(at), now);
+                }
+                return Ok(Acquired::Blocked);
+            }
+        };
+        let propagation = Propagation::of_command(token_arg);
+        self.changed(ctx, name, lock, propagation, Some(indexed), now, event);
+        Ok(Acquired::Fence(fence))
+    }
+
+    /// Ends the lease of the lock at `key` if it is due, exactly as the sweep would, before a
+    /// command acts on it: so that nobody slips in ahead of the queue, and every lease end
+    /// is counted once.
+    fn settle(
+        &mut self,
+        ctx: &Context,
+        key: &mut LockKey,
+        db: i32,
+        name: &RedisString,
+        now: Now,
+    ) -> Result<(), LockError> {
+        let indexed = match key.lock()? {
+            Some(lock) if !lock.is_held(now) => lock.deadline(),
+            _ => return Ok(()),
+        };
+        self.end_lease(ctx, key, db, name, Some(indexed), now);
+        Ok(())
+    }
+
+    /// After `lock` at `name` changed (indexed under `indexed`, or new): index its deadline,
+    /// propagate it, let `WATCH` see it, and record `event`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn changed(
+        &mut self,
+        ctx: &Context,
+        name: &RedisString,
+        lock: &Lock,
+        propagation: Propagation,
+        indexed: Option<u64>,
+        now: Now,
+        event: Event,
+    ) {
+        let deadline = lock.deadline();
+        if indexed != Some(deadline) {
+            let earliest = leases::update(leases::address(lock), indexed, Some(deadline));
+            self.arm(ctx, earliest, now);
+        }
+        match propagation {
+            Propagation::State(token) => {
+                let wall = now.to_wall(deadline);
+                crate::propagate::replicate_state(ctx, name, token, wall, lock.fence());
+            }
+            Propagation::Verbatim => ctx.replicate_verbatim(),
+        }
+        signal_modified(ctx, name);
+        stats::record(ctx, event, name);
+    }
+}
+
+/// `LOCK.RELEASE key token`: whether `token` held the lock.
+pub fn release(
+    ctx: &Context,
+    name: &RedisString,
+    token: &[u8],
+    now: Now,
+) -> Result<bool, LockError> {
+    with(|e| {
+        let db = selected_db(ctx);
+        let mut key = LockKey::open(ctx, name);
+        if replication::may_replay() && from_master_or_aof(ctx) {
+            // A release the master propagated: it succeeded there, and this server's clock
+            // (a replica's, or a restart's) must not overrule it. Nobody waits here.
+            let Some(lock) = key.lock()?.filter(|l| l.token() == token) else {
+                return Ok(false);
+            };
+            let (at, indexed) = (leases::address(lock), lock.deadline());
+            leases::remove_and_delete(at, indexed, || key.delete());
+            ctx.replicate_verbatim();
+            signal_modified(ctx, name);
+            return Ok(true);
+        }
+        e.settle(ctx, &mut key, db, name, now)?;
+        let Some(lock) = key.lock()? else {
+            return Ok(false);
+        };
+        let indexed = lock.deadline();
+        if !lock.release(token, now) {
+            return Ok(false);
+        }
+        stats::record(ctx, Event::Released, name);
+        e.pass_on(
+            ctx,
+            &mut key,
+            db,
+            name,
+            Some(indexed),
+            now,
+            Removal::Verbatim,
+        );
+        Ok(true)
+    })
+}
+
+/// How a lock's removal reaches replicas and the AOF.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Removal {
+    /// `DEL key`: for removals no client command asked for (lease end, a withdrawn grant).
+    Del,
+    /// The `LOCK.RELEASE` itself, which replays to the same removal. It spares
+    /// `RedisModule_Replicate`'s command lookup, a third of the cost of a release.
+    Verbatim,
+}
+
+/// `LOCK.EXTEND key token ttl`: whether `token` held the lock.
+pub fn extend(
+    ctx: &Context,
+    name: &RedisString,
+    token_arg: &RedisString,
+    ttl: u64,
+    now: Now,
+) -> Result<bool, LockError> {
+    with(|e| {
+        let db = selected_db(ctx);
+        let mut key = LockKey::open(ctx, name);
+        e.settle(ctx, &mut key, db, name, now)?;
+        let Some(lock) = key.lock()? else {
+            return Ok(false);
+        };
+        let indexed = lock.deadline();
+        if !lock.extend(token_arg.as_slice(), ttl, now) {
+            return Ok(false);
+        }
+        let propagation = Propagation::of_command(token_arg);
+        e.changed(
+            ctx,
+            name,
+            lock,
+            propagation,
+            Some(indexed),
+            now,
+            Event::Extended,
+        );
+        Ok(true)
+    })
+}
+
+/// `LOCK.FENCE key token`: the new fence, or `None` if `token` does not hold the lock.
+pub fn fence(
+    ctx: &Context,
+    name: &RedisString,
+    token_arg: &RedisString,
+    now: Now,
+) -> Result<Option<u64>, LockError> {
+    with(|e| {
+        let db = selected_db(ctx);
+        let mut key = LockKey::open(ctx, name);
+        e.settle(ctx, &mut key, db, name, now)?;
+        let Some(lock) = key.lock()? else {
+            return Ok(None);
+        };
+        let indexed = lock.deadline();
+        let Some(fence) = lock.new_fence(token_arg.as_slice(), now, &mut fences()) else {
+            return Ok(None);
+        };
+        let propagation = Propagation::of_command(token_arg);
+        e.changed(
+            ctx,
+            name,
+            lock,
+            propagation,
+            Some(indexed),
+            now,
+            Event::Fenced,
+        );
+        Ok(Some(fence))
+    })
+}
+
+/// Clients queued for `key` in database `db` (for `LOCK.INFO`).
+pub fn queued_at(db: i32, key: &[u8]) -> usize {
+    if super::waiting_clients() == 0 {
+        return 0;
+    }
+    with(|e| e.waiters.queued_at(db, key))
+}
+
+/// `LOCK.APPLY key token deadline fence`: the state a master propagated, replayed from the
+/// replication link or the AOF. Clients may not send it: it would bypass the lock.
+pub fn apply(ctx: &Context, name: &RedisString, a: &ApplyArgs) -> Result<(), LockError> {
+    let now = clock::now();
+    if a.deadline_unix_ms > now.wall().saturating_add(config::MAX_TTL_LIMIT) {
+        return Err(LockError::BadApply("deadline"));
+    }
+    let deadline = now.to_mono(a.deadline_unix_ms);
+    with(|e| {
+        let mut key = LockKey::open(ctx, name);
+        let indexed = match key.lock()? {
+            Some(lock) => {
+                let indexed = lock.deadline();
+                lock.overwrite(a.token, deadline, a.fence);
+                Some(indexed)
+            }
+            None => {
+                let db = selected_db(ctx);
+                let lock = Lock::restored(name.as_slice(), db, a.token, deadline, a.fence);
+                key.store(lock)?;
+                stats::lock_created();
+                None
+            }
+        };
+        fences().observe(a.fence);
+        let lock = key.lock()?.ok_or(LockError::WrongType)?;
+        if indexed != Some(deadline) {
+            let earliest = leases::update(leases::address(lock), indexed, Some(deadline));
+            e.arm(ctx, earliest, now);
+        }
+        ctx.replicate_verbatim();
+        signal_modified(ctx, name);
+        Ok(())
+    })
+}

@@ -1,0 +1,184 @@
+//! What the server does around a lock's key, and blocked clients that leave.
+//!
+//! A waiter waits for a (db, key name). When the lock under that name is deleted,
+//! replaced or moved away — `DEL`, `UNLINK`, a flush, `RENAME` or `MOVE` of either side,
+//! `SWAPDB`, `COPY … REPLACE`, `RESTORE … REPLACE`, an overwrite, expiry, eviction,
+//! `MIGRATE`, a cluster slot handed away, `DEBUG RELOAD` — its waiters are answered null
+//! at once, and a grant not yet delivered is answered null instead.
+//!
+//! The server tells the module of each on the main thread, in the same turn, before any
+//! background free of the value: every removal of one key through the data type's unlink
+//! callback (Redis 7.0 sends no keyspace event for some, such as a slot's keys deleted),
+//! flushes and `SWAPDB` through server events.
+
+use std::cell::RefCell;
+use std::sync::atomic::Ordering;
+
+use redis_module::{Context, RedisString};
+
+use super::waiters::{Left, Reply, WaiterId};
+use super::{leases, try_with, with, Engine, Withdrawal, HAS_PENDING, PENDING};
+use crate::blocked::{self, Handle};
+use crate::keyspace::{selected_db, LockKey};
+use crate::lock::Lock;
+use crate::stats;
+
+impl Engine {
+    /// The value at (db, key) was deleted, replaced or moved away.
+    pub(super) fn key_gone(&mut self, db: i32, key: &[u8]) {
+        wake_all(self.waiters.answer_key(db, key));
+    }
+}
+
+fn wake_all(woken: Vec<(Handle, WaiterId)>) {
+    for (handle, id) in woken {
+        blocked::wake(handle, id);
+    }
+}
+
+/// `RENAME`, `MOVE`, `COPY` and `RESTORE` put a lock under a name or database it does not
+/// know yet; it keeps its own, for the lease-end sweep to find it by.
+pub fn relocated(ctx: &Context, name: &RedisString) {
+    let mut key = LockKey::open_read(ctx, name);
+    if let Ok(Some(lock)) = key.lock() {
+        lock.relocate(name.as_slice(), selected_db(ctx));
+        // A copy or a restored lock was indexed where no timer could be armed.
+        let earliest = leases::earliest();
+        with(|e| e.arm(ctx, earliest, crate::clock::now()));
+    }
+}
+
+/// `SWAPDB a b`: every lock in one database is in the other now, and every waiter of
+/// either database lost the lock it waited for.
+pub fn swapped(a: i32, b: i32) {
+    if a == b {
+        return;
+    }
+    leases::swap_dbs(a, b);
+    with(|e| {
+        wake_all(e.waiters.answer_db(Some(a), Reply::Null));
+        wake_all(e.waiters.answer_db(Some(b), Reply::Null));
+        for w in &mut e.withdrawals {
+            w.db = if w.db == a {
+                b
+            } else if w.db == b {
+                a
+            } else {
+                w.db
+            };
+        }
+    });
+}
+
+/// `FLUSHDB`/`FLUSHALL` (and every other emptying: `DEBUG RELOAD`, a replica's full sync)
+/// of database `db`, or of all for `None`. Called as the flush starts, so that waiters are
+/// answered in this turn even when the values are freed in the background.
+pub fn flushed(db: Option<i32>) {
+    with(|e| {
+        wake_all(e.waiters.answer_db(db, Reply::Null));
+        e.withdrawals.retain(|w| db.is_some_and(|db| db != w.db));
+    });
+}
+
+/// This server became a replica: nobody can be granted a lock here any more, and waiters
+/// get the error the server gives its own blocked clients then.
+pub fn demoted() {
+    with(|e| {
+        wake_all(e.waiters.answer_db(None, Reply::Demoted));
+        e.withdrawals.clear();
+    });
+}
+
+/// The reply of waiter `id` is going out: what to tell it.
+pub fn deliver(id: WaiterId) -> Reply {
+    with(|e| e.waiters.deliver(id)).unwrap_or(Reply::Null)
+}
+
+/// A blocked client disconnected (or was unblocked with an error): out of its queue, or, if
+/// it had been granted the lock but not told, the grant is taken back and passed on.
+pub fn blocked_client_left(ctx: &Context, handle: Handle) {
+    with(|e| {
+        let Some(id) = e.waiters.id_of(handle) else {
+            return;
+        };
+        match e.waiters.leave(id) {
+            Some(Left::Queued) => blocked::let_go(handle),
+            Some(Left::Granted {
+                db,
+                key,
+                token,
+                fence,
+            }) => {
+                // A write: made by the sweep, which obeys write pauses.
+                e.withdrawals.push(Withdrawal {
+                    db,
+                    key,
+                    token,
+                    fence,
+                });
+                e.timer_soon(ctx);
+            }
+            Some(Left::Answered) | None => {}
+        }
+    });
+}
+
+/// `CLIENT UNBLOCK` reached a waiter (the server's timeout callback): it leaves its queue.
+/// True if it was still waiting, to be answered null as a timed-out `BLPOP` is.
+pub fn unblocked_by_client(handle: Handle) -> bool {
+    with(|e| {
+        let Some(id) = e.waiters.id_of(handle) else {
+            return false;
+        };
+        match e.waiters.leave(id) {
+            Some(Left::Queued) => {
+                // The server frees the handle only once the module lets go of it.
+                blocked::let_go(handle);
+                stats::WAIT_TIMEOUTS.bump();
+                true
+            }
+            _ => false,
+        }
+    })
+}
+
+thread_local! {
+    /// The key of the last lock the server took out of the keyspace, so that the
+    /// `evicted` event that follows an eviction can tell a lock from another key.
+    static UNLINKED: RefCell<(i32, Vec<u8>)> = const { RefCell::new((-1, Vec::new())) };
+}
+
+/// The type's unlink callback: `lock` is leaving its key (deleted, replaced, moved away),
+/// on the main thread. Its waiters are answered.
+pub fn unlinked(lock: &Lock) {
+    UNLINKED.with_borrow_mut(|(db, key)| {
+        *db = lock.db();
+        key.clear();
+        key.extend_from_slice(lock.key());
+    });
+    if !super::anyone_waits() {
+        return;
+    }
+    let (db, key) = (lock.db(), lock.key());
+    if try_with(|e| e.key_gone(db, key)).is_none() {
+        // Inside an engine operation (its own delete, or a key it opened expired): handled
+        // when it ends.
+        PENDING
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((db, key.to_vec()));
+        HAS_PENDING.store(true, Ordering::Release);
+    }
+}
+
+/// The server evicted `key` in `db`: counted if it was a lock (the unlink just before it).
+pub fn evicted(db: i32, key: &[u8]) {
+    let was_lock = UNLINKED.with_borrow_mut(|(last_db, last)| {
+        let hit = *last_db == db && last == key;
+        *last_db = -1;
+        hit
+    });
+    if was_lock {
+        stats::EVICTIONS.bump();
+    }
+}

@@ -1,0 +1,438 @@
+//! Clients waiting in `LOCK.ACQUIRE … WAIT`: who they are, what they wait for, and in what
+//! order. Pure bookkeeping, generic over the handle of a blocked client, so that it is
+//! tested without a server; the engine does the blocking and unblocking.
+//!
+//! A waiter waits for a *(db, key name)*, not for a lock value: whatever the keyspace does
+//! with the value (`RENAME`, `MOVE`, `SWAPDB`, a flush), the queue stays with the name, and
+//! the engine answers it when the value under the name goes. Each waiter has an id that is
+//! never reused, so nothing said about a waiter that left can reach another client.
+//!
+//! A waiter is *queued*, then *granted* (the lock is its own, the reply not yet delivered)
+//! or *answered* (null or an error, the reply not yet delivered), then gone once the reply
+//! went out or the client left.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::hash::Hash;
+
+pub type WaiterId = u64;
+
+/// What a waiter is told when its reply goes out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reply {
+    /// It holds the lock, under this fence.
+    Granted(u64),
+    /// Null: its wait timed out, or the lock it waited for was deleted, replaced or moved.
+    Null,
+    /// The server became a replica: the error the server gives its own blocked clients.
+    Demoted,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Queued,
+    /// Told once the reply goes out; `Reply::Granted` while its grant stands.
+    Answered(Reply),
+}
+
+#[derive(Debug)]
+pub struct Waiter<H> {
+    pub handle: H,
+    pub db: i32,
+    pub key: Box<[u8]>,
+    pub token: Box<[u8]>,
+    pub ttl: u64,
+    /// Monotonic microseconds at which the wait times out; `None` waits without limit.
+    pub timeout_at: Option<u64>,
+    state: State,
+}
+
+/// The clients waiting for one (db, key): queued in order, and granted but not yet told.
+#[derive(Debug, Default)]
+struct Queue {
+    queued: VecDeque<WaiterId>,
+    granted: Vec<WaiterId>,
+}
+
+/// How a waiter left without its reply having gone out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Left {
+    /// It was still queued: its handle must be let go.
+    Queued,
+    /// It had been granted the lock under this fence: the grant is to be taken back.
+    Granted {
+        db: i32,
+        key: Box<[u8]>,
+        token: Box<[u8]>,
+        fence: u64,
+    },
+    /// It had been answered already.
+    Answered,
+}
+
+#[derive(Debug)]
+pub struct Registry<H> {
+    next_id: WaiterId,
+    waiters: HashMap<WaiterId, Waiter<H>>,
+    by_handle: HashMap<H, WaiterId>,
+    /// db → key → queue. Two levels, so that a flush drops a database at once and a key is
+    /// looked up by its bytes.
+    queues: HashMap<i32, HashMap<Box<[u8]>, Queue>>,
+    timeouts: BTreeSet<(u64, WaiterId)>,
+    queued: usize,
+}
+
+impl<H: Copy + Eq + Hash> Default for Registry<H> {
+    fn default() -> Self {
+        Registry {
+            next_id: 1,
+            waiters: HashMap::new(),
+            by_handle: HashMap::new(),
+            queues: HashMap::new(),
+            timeouts: BTreeSet::new(),
+            queued: 0,
+        }
+    }
+}
+
+impl<H: Copy + Eq + Hash> Registry<H> {
+    /// Queues a client at the tail of (db, key)'s queue; its id.
+    pub fn enqueue(
+        &mut self,
+        handle: H,
+        db: i32,
+        key: &[u8],
+        token: &[u8],
+        ttl: u64,
+        timeout_at: Option<u64>,
+    ) -> WaiterId {
+        let id = self.next_id;
+        self.next_id += 1;
+        let queue = self.queues.entry(db).or_default();
+        match queue.get_mut(key) {
+            Some(q) => q.queued.push_back(id),
+            None => {
+                let mut q = Queue::default();
+                q.queued.push_back(id);
+                queue.insert(key.into(), q);
+            }
+        }
+        if let Some(at) = timeout_at {
+            self.timeouts.insert((at, id));
+        }
+        self.by_handle.insert(handle, id);
+        self.waiters.insert(
+            id,
+            Waiter {
+                handle,
+                db,
+                key: key.into(),
+                token: token.into(),
+                ttl,
+                timeout_at,
+                state: State::Queued,
+            },
+        );
+        self.queued += 1;
+        id
+    }
+
+    /// Clients queued (not yet granted or answered), over all keys.
+    pub fn queued(&self) -> usize {
+        self.queued
+    }
+
+    /// Clients queued for (db, key).
+    pub fn queued_at(&self, db: i32, key: &[u8]) -> usize {
+        if self.queued == 0 {
+            return 0;
+        }
+        self.queue(db, key).map_or(0, |q| q.queued.len())
+    }
+
+    fn queue(&self, db: i32, key: &[u8]) -> Option<&Queue> {
+        self.queues.get(&db)?.get(key)
+    }
+
+    fn queue_mut(&mut self, db: i32, key: &[u8]) -> Option<&mut Queue> {
+        self.queues.get_mut(&db)?.get_mut(key)
+    }
+
+    /// Drops (db, key)'s queue once nobody is in it.
+    fn tidy(&mut self, db: i32, key: &[u8]) {
+        let Some(keys) = self.queues.get_mut(&db) else {
+            return;
+        };
+        if keys
+            .get(key)
+            .is_some_and(|q| q.queued.is_empty() && q.granted.is_empty())
+        {
+            keys.remove(key);
+            if keys.is_empty() {
+                self.queues.remove(&db);
+            }
+        }
+    }
+
+    /// The head of (db, key)'s queue, if anybody is queued there.
+    pub fn head(&self, db: i32, key: &[u8]) -> Option<&Waiter<H>> {
+        let id = *self.queue(db, key)?.queued.front()?;
+        self.waiters.get(&id)
+    }
+
+    /// The head of (db, key)'s queue was granted the lock under `fence`: its handle and id,
+    /// for the engine to wake it.
+    pub fn grant_head(&mut self, db: i32, key: &[u8], fence: u64) -> Option<(H, WaiterId)> {
+        let q = self.queue_mut(db, key)?;
+        let id = q.queued.pop_front()?;
+        q.granted.push(id);
+        self.queued -= 1;
+        let w = self.waiters.get_mut(&id)?;
+        w.state = State::Answered(Reply::Granted(fence));
+        if let Some(at) = w.timeout_at {
+            self.timeouts.remove(&(at, id));
+        }
+        Some((w.handle, id))
+    }
+
+    /// Answers every waiter of (db, key) with null: the lock it waited for was deleted,
+    /// replaced or moved away. The handles of those that were still queued, to wake.
+    pub fn answer_key(&mut self, db: i32, key: &[u8]) -> Vec<(H, WaiterId)> {
+        let Some(q) = self.queues.get_mut(&db).and_then(|keys| keys.remove(key)) else {
+            return Vec::new();
+        };
+        if self.queues.get(&db).is_some_and(HashMap::is_empty) {
+            self.queues.remove(&db);
+        }
+        self.answer_queue(q, Reply::Null)
+    }
+
+    /// Answers every waiter in database `db` (every database for `None`) with `reply`.
+    pub fn answer_db(&mut self, db: Option<i32>, reply: Reply) -> Vec<(H, WaiterId)> {
+        let dbs: Vec<i32> = match db {
+            Some(db) => vec![db],
+            None => self.queues.keys().copied().collect(),
+        };
+        let mut woken = Vec::new();
+        for db in dbs {
+            for (_, q) in self.queues.remove(&db).unwrap_or_default() {
+                woken.extend(self.answer_queue(q, reply));
+            }
+        }
+        woken
+    }
+
+    fn answer_queue(&mut self, q: Queue, reply: Reply) -> Vec<(H, WaiterId)> {
+        for id in q.granted {
+            if let Some(w) = self.waiters.get_mut(&id) {
+                w.state = State::Answered(Reply::Null);
+            }
+        }
+        q.queued
+            .into_iter()
+            .filter_map(|id| self.answer(id, reply))
+            .collect()
+    }
+
+    /// A queued waiter is answered; its handle, to wake.
+    fn answer(&mut self, id: WaiterId, reply: Reply) -> Option<(H, WaiterId)> {
+        let w = self.waiters.get_mut(&id)?;
+        if w.state != State::Queued {
+            return None;
+        }
+        w.state = State::Answered(reply);
+        self.queued -= 1;
+        if let Some(at) = w.timeout_at {
+            self.timeouts.remove(&(at, id));
+        }
+        Some((w.handle, id))
+    }
+
+    /// The next waiter whose wait is due at `now`, answered null and out of its queue.
+    pub fn pop_timed_out(&mut self, now: u64) -> Option<(H, WaiterId)> {
+        let &(at, id) = self.timeouts.first()?;
+        if at > now {
+            return None;
+        }
+        self.timeouts.pop_first();
+        let (db, key) = {
+            let w = self.waiters.get(&id)?;
+            (w.db, w.key.clone())
+        };
+        if let Some(q) = self.queue_mut(db, &key) {
+            q.queued.retain(|&w| w != id);
+        }
+        self.tidy(db, &key);
+        self.answer(id, Reply::Null)
+    }
+
+    /// The earliest wait timeout.
+    pub fn next_timeout(&self) -> Option<u64> {
+        self.timeouts.first().map(|&(at, _)| at)
+    }
+
+    /// The waiter's reply is going out: what to tell it. It is forgotten.
+    pub fn deliver(&mut self, id: WaiterId) -> Option<Reply> {
+        let w = self.forget(id)?;
+        match w.state {
+            State::Answered(reply) => Some(reply),
+            State::Queued => None,
+        }
+    }
+
+    /// The id of the waiter blocked under `handle`.
+    pub fn id_of(&self, handle: H) -> Option<WaiterId> {
+        self.by_handle.get(&handle).copied()
+    }
+
+    /// The waiter left before its reply went out (disconnected, or `CLIENT UNBLOCK`): out
+    /// of its queue and forgotten; how it stood.
+    pub fn leave(&mut self, id: WaiterId) -> Option<Left> {
+        let w = self.forget(id)?;
+        Some(match w.state {
+            State::Queued => {
+                self.queued -= 1;
+                Left::Queued
+            }
+            State::Answered(Reply::Granted(fence)) => Left::Granted {
+                db: w.db,
+                key: w.key,
+                token: w.token,
+                fence,
+            },
+            State::Answered(_) => Left::Answered,
+        })
+    }
+
+    fn forget(&mut self, id: WaiterId) -> Option<Waiter<H>> {
+        let w = self.waiters.remove(&id)?;
+        self.by_handle.remove(&w.handle);
+        if let Some(at) = w.timeout_at {
+            self.timeouts.remove(&(at, id));
+        }
+        if let Some(q) = self.queue_mut(w.db, &w.key) {
+            q.queued.retain(|&x| x != id);
+            q.granted.retain(|&x| x != id);
+        }
+        self.tidy(w.db, &w.key);
+        Some(w)
+    }
+
+    /// True if nobody waits, is granted or is answered: nothing is kept.
+    pub fn is_empty(&self) -> bool {
+        self.waiters.is_empty() && self.queues.is_empty() && self.by_handle.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn registry() -> Registry<u32> {
+        Registry::default()
+    }
+
+    fn queue(r: &mut Registry<u32>, handle: u32, key: &[u8], timeout_at: Option<u64>) -> u64 {
+        let token = format!("t{handle}");
+        r.enqueue(handle, 0, key, token.as_bytes(), 100, timeout_at)
+    }
+
+    #[test]
+    fn grants_go_in_fifo_order_and_wait_for_delivery() {
+        let mut r = registry();
+        let ids: Vec<_> = (1..=3).map(|h| queue(&mut r, h, b"k", None)).collect();
+        assert_eq!(r.queued_at(0, b"k"), 3);
+        assert_eq!(r.head(0, b"k").unwrap().token.as_ref(), b"t1");
+        assert_eq!(r.grant_head(0, b"k", 42), Some((1, ids[0])));
+        assert_eq!(r.queued_at(0, b"k"), 2);
+        assert_eq!(r.deliver(ids[0]), Some(Reply::Granted(42)));
+        assert_eq!(r.grant_head(0, b"k", 43), Some((2, ids[1])));
+        assert_eq!(r.head(0, b"k").unwrap().token.as_ref(), b"t3");
+    }
+
+    #[test]
+    fn ids_are_never_reused_even_for_the_same_handle() {
+        let mut r = registry();
+        let a = queue(&mut r, 7, b"k", None);
+        assert_eq!(r.leave(a), Some(Left::Queued));
+        let b = queue(&mut r, 7, b"k", None);
+        assert!(b > a);
+        assert_eq!(r.leave(a), None, "a departed waiter is not found again");
+        assert_eq!(r.id_of(7), Some(b));
+    }
+
+    #[test]
+    fn a_key_event_answers_queued_and_granted_waiters_of_that_key_only() {
+        let mut r = registry();
+        let g = queue(&mut r, 1, b"k", None);
+        let q = queue(&mut r, 2, b"k", Some(500));
+        let other = queue(&mut r, 3, b"o", None);
+        r.grant_head(0, b"k", 9);
+        assert_eq!(r.answer_key(0, b"k"), vec![(2, q)]);
+        assert_eq!(
+            r.deliver(g),
+            Some(Reply::Null),
+            "a grant not yet told is withdrawn"
+        );
+        assert_eq!(r.deliver(q), Some(Reply::Null));
+        assert_eq!(r.next_timeout(), None);
+        assert_eq!(r.queued_at(0, b"o"), 1);
+        assert_eq!(r.grant_head(0, b"k", 10), None);
+        assert_eq!(r.grant_head(0, b"o", 10), Some((3, other)));
+    }
+
+    #[test]
+    fn a_flush_answers_one_database_or_all() {
+        let mut r = registry();
+        let a = r.enqueue(1, 0, b"k", b"t", 1, None);
+        let b = r.enqueue(2, 1, b"k", b"t", 1, None);
+        let c = r.enqueue(3, 2, b"k", b"t", 1, None);
+        assert_eq!(r.answer_db(Some(1), Reply::Null), vec![(2, b)]);
+        let mut rest = r.answer_db(None, Reply::Demoted);
+        rest.sort();
+        assert_eq!(rest, vec![(1, a), (3, c)]);
+        assert_eq!(r.queued(), 0);
+        assert_eq!(r.deliver(a), Some(Reply::Demoted));
+        assert_eq!(r.deliver(b), Some(Reply::Null));
+        assert_eq!(r.deliver(c), Some(Reply::Demoted));
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn timeouts_leave_the_queue_in_deadline_order() {
+        let mut r = registry();
+        let late = queue(&mut r, 1, b"k", Some(300));
+        let early = queue(&mut r, 2, b"k", Some(100));
+        let never = queue(&mut r, 3, b"k", None);
+        assert_eq!(r.next_timeout(), Some(100));
+        assert_eq!(r.pop_timed_out(99), None);
+        assert_eq!(r.pop_timed_out(300), Some((2, early)));
+        assert_eq!(r.pop_timed_out(300), Some((1, late)));
+        assert_eq!(r.pop_timed_out(u64::MAX), None);
+        assert_eq!(r.queued_at(0, b"k"), 1);
+        assert_eq!(r.grant_head(0, b"k", 5), Some((3, never)));
+    }
+
+    #[test]
+    fn leaving_tells_how_the_waiter_stood() {
+        let mut r = registry();
+        let g = queue(&mut r, 1, b"k", Some(100));
+        let q = queue(&mut r, 2, b"k", Some(100));
+        r.grant_head(0, b"k", 77);
+        assert_eq!(
+            r.leave(g),
+            Some(Left::Granted {
+                db: 0,
+                key: b"k".to_vec().into(),
+                token: b"t1".to_vec().into(),
+                fence: 77
+            })
+        );
+        assert_eq!(r.leave(q), Some(Left::Queued));
+        assert_eq!(r.leave(q), None);
+        assert!(r.is_empty());
+        let a = queue(&mut r, 3, b"k", None);
+        r.answer_key(0, b"k");
+        assert_eq!(r.leave(a), Some(Left::Answered));
+        assert!(r.is_empty());
+    }
+}
