@@ -14,7 +14,7 @@ use redis_module_macros::{
 
 use crate::blocked::{self, Handle};
 use crate::engine::{self, Reply};
-use crate::keyspace::selected_db;
+use crate::keyspace::{self, selected_db};
 use crate::{replication, stats};
 
 /// Subscribes to what the crate has no handler list for: `FLUSHDB` (with the database it
@@ -144,7 +144,12 @@ unsafe extern "C" fn on_key_event(
     };
     let ctx = Context::new(ctx);
     match event {
-        b"rename_to" | b"move_to" | b"copy_to" | b"restore" => engine::relocated(&ctx, &name),
+        b"rename_to" | b"restore" => engine::relocated(&ctx, &name),
+        b"move_from" => keyspace::remember_source_db(selected_db(&ctx)),
+        b"move_to" | b"copy_to" => {
+            engine::relocated(&ctx, &name);
+            keyspace::restore_source_db(&ctx);
+        }
         b"evicted" => engine::evicted(selected_db(&ctx), name.as_slice()),
         _ => {}
     }

@@ -2,6 +2,7 @@
 //! a context has selected, selecting one from a callback, and telling `WATCH` a key changed.
 //! These are the calls the crate has no safe wrapper for.
 
+use std::cell::Cell;
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
@@ -151,5 +152,28 @@ pub fn signal_modified(ctx: &Context, key: &RedisString) {
     // SAFETY: both pointers are live for this call.
     unsafe {
         raw::RedisModule_SignalModifiedKey.unwrap()(ctx.ctx, key.inner);
+    }
+}
+
+thread_local! {
+    /// The database a `MOVE` or `COPY … DB` came from, while its keyspace events run.
+    static SOURCE_DB: Cell<Option<i32>> = const { Cell::new(None) };
+}
+
+/// Notes the database a key is moving or being copied from (its `move_from` event, or the
+/// type's copy callback).
+pub fn remember_source_db(db: i32) {
+    SOURCE_DB.set(Some(db));
+}
+
+/// Selects the noted source database again in a keyspace event's context. Valkey 8.1 runs
+/// module keyspace callbacks for `MOVE` and `COPY … DB` in the calling client's own context,
+/// switched to the destination database, and leaves the client there; this puts it back.
+/// Elsewhere the context is a temporary client, and selecting in it changes nothing.
+pub fn restore_source_db(ctx: &Context) {
+    if let Some(db) = SOURCE_DB.take() {
+        // SAFETY: ctx.ctx is the live context of this callback; the database existed when
+        // the command began.
+        unsafe { raw::RedisModule_SelectDb.unwrap()(ctx.ctx, db) };
     }
 }

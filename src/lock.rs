@@ -115,8 +115,8 @@ impl Lock {
     }
 
     /// The same holder, lease and fence at another key, for `COPY`.
-    pub fn copied_to(&self, key: &[u8]) -> Lock {
-        Lock::new(key, self.db, self.token(), self.deadline, self.fence)
+    pub fn copied_to(&self, key: &[u8], db: i32) -> Lock {
+        Lock::new(key, db, self.token(), self.deadline, self.fence)
     }
 
     /// Replaces holder, deadline and fence with what a master propagated.
@@ -437,10 +437,10 @@ mod tests {
             (lock.key(), lock.token()),
             (&b"o"[..], &b"longer-token"[..])
         );
-        let copy = lock.copied_to(b"copy");
+        let copy = lock.copied_to(b"copy", 5);
         assert_eq!(
-            (copy.key(), copy.token(), copy.fence()),
-            (&b"copy"[..], &b"longer-token"[..], lock.fence())
+            (copy.key(), copy.db(), copy.token(), copy.fence()),
+            (&b"copy"[..], 5, &b"longer-token"[..], lock.fence())
         );
     }
 

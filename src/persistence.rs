@@ -16,6 +16,7 @@ use crate::clock;
 use crate::config;
 use crate::engine::{self, leases};
 use crate::fence;
+use crate::keyspace;
 use crate::lock::Lock;
 use crate::stats;
 
@@ -39,9 +40,9 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as i32,
         free_effort: None,
         unlink: Some(unlink),
-        copy: Some(copy),
+        copy: None,
         defrag: None,
-        copy2: None,
+        copy2: Some(copy2),
         free_effort2: None,
         mem_usage2: None,
         unlink2: None,
@@ -165,15 +166,23 @@ unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
     unsafe { &*value.cast::<Lock>() }.heap_size()
 }
 
-unsafe extern "C" fn copy(
-    _from: *mut raw::RedisModuleString,
-    to: *mut raw::RedisModuleString,
+/// `COPY`: the same holder, lease and fence under the destination's name and database.
+unsafe extern "C" fn copy2(
+    ctx: *mut raw::RedisModuleKeyOptCtx,
     value: *const c_void,
 ) -> *mut c_void {
-    // SAFETY: as in rdb_save; `to` is the live name of the destination key. Its database
-    // comes with the `copy_to` keyspace event that follows.
-    let (lock, to) = unsafe { (&*value.cast::<Lock>(), RedisString::string_as_slice(to)) };
-    let copy = Box::new(lock.copied_to(to));
+    // SAFETY: as in rdb_save; `ctx` is the live key context of this copy, whose names stay
+    // valid for the duration of the callback.
+    let (lock, to, from_db, to_db) = unsafe {
+        (
+            &*value.cast::<Lock>(),
+            RedisString::string_as_slice(raw::RedisModule_GetToKeyNameFromOptCtx.unwrap()(ctx)),
+            raw::RedisModule_GetDbIdFromOptCtx.unwrap()(ctx),
+            raw::RedisModule_GetToDbIdFromOptCtx.unwrap()(ctx),
+        )
+    };
+    keyspace::remember_source_db(from_db);
+    let copy = Box::new(lock.copied_to(to, to_db));
     leases::track(&copy);
     stats::lock_created();
     Box::into_raw(copy).cast()

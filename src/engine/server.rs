@@ -36,7 +36,7 @@ fn wake_all(woken: Vec<(Handle, WaiterId)>) {
     }
 }
 
-/// `RENAME`, `MOVE`, `COPY` and `RESTORE` put a lock under a name or database it does not
+/// `RENAME`, `MOVE`, `COPY` and `RESTORE` put a lock under a name or database it may not
 /// know yet; it keeps its own, for the lease-end sweep to find it by.
 pub fn relocated(ctx: &Context, name: &RedisString) {
     let mut key = LockKey::open_read(ctx, name);
