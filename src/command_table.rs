@@ -192,8 +192,10 @@ pub fn register(ctx: &Context) -> Result<(), String> {
             return Err(format!("failed to look up command {name}"));
         }
         describe(handle, command).map_err(|()| format!("SetCommandInfo failed for {name}"))?;
-        // The API table is filled in before OnLoad runs and not written after.
-        if let Some(set_categories) = unsafe { raw::RedisModule_SetCommandACLCategories } {
+        // SAFETY: the API table is filled in before OnLoad runs and not written after, so
+        // reading the optional entry races with nothing.
+        let set_categories = unsafe { raw::RedisModule_SetCommandACLCategories };
+        if let Some(set_categories) = set_categories {
             // SAFETY: `handle` is the live command; the category is a NUL-terminated static.
             if unsafe { set_categories(handle, CATEGORY.as_ptr()) } != raw::REDISMODULE_OK as c_int
             {

@@ -46,12 +46,11 @@ impl Engine {
         let Ok(Some(lock)) = key.lock() else {
             return;
         };
-        let head = self
+        let granted = self
             .waiters
             .head(db, name.as_slice())
-            .map(|w| (w.token.clone(), w.ttl));
-        if let Some((token, ttl)) = head {
-            let fence = lock.grant(&token, ttl, now, &mut fences());
+            .map(|w| lock.grant(&w.token, w.ttl, now, &mut fences()));
+        if let Some(fence) = granted {
             let state = Propagation::State(TokenArg::Bytes(lock.token()));
             self.changed(ctx, name, lock, state, indexed, now, Event::Granted);
             if let Some((handle, id)) = self.waiters.grant_head(db, name.as_slice(), fence) {

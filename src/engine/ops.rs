@@ -235,29 +235,11 @@ pub fn extend(
     ttl: u64,
     now: Now,
 ) -> Result<bool, LockError> {
-    with(|e| {
-        let db = selected_db(ctx);
-        let mut key = LockKey::open(ctx, name);
-        e.settle(ctx, &mut key, db, name, now)?;
-        let Some(lock) = key.lock()? else {
-            return Ok(false);
-        };
-        let indexed = lock.deadline();
-        if !lock.extend(token_arg.as_slice(), ttl, now) {
-            return Ok(false);
-        }
-        let propagation = Propagation::of_command(token_arg);
-        e.changed(
-            ctx,
-            name,
-            lock,
-            propagation,
-            Some(indexed),
-            now,
-            Event::Extended,
-        );
-        Ok(true)
-    })
+    let token = token_arg.as_slice();
+    let extended = by_holder(ctx, name, token_arg, now, Event::Extended, |lock| {
+        lock.extend(token, ttl, now).then_some(())
+    })?;
+    Ok(extended.is_some())
 }
 
 /// `LOCK.FENCE key token`: the new fence, or `None` if `token` does not hold the lock.
@@ -267,6 +249,22 @@ pub fn fence(
     token_arg: &RedisString,
     now: Now,
 ) -> Result<Option<u64>, LockError> {
+    let token = token_arg.as_slice();
+    by_holder(ctx, name, token_arg, now, Event::Fenced, |lock| {
+        lock.new_fence(token, now, &mut fences())
+    })
+}
+
+/// A change only the holder may make (`change` returns `None` when `token` does not hold
+/// the lock), propagated and announced as `event`.
+fn by_holder<R>(
+    ctx: &Context,
+    name: &RedisString,
+    token_arg: &RedisString,
+    now: Now,
+    event: Event,
+    change: impl FnOnce(&mut Lock) -> Option<R>,
+) -> Result<Option<R>, LockError> {
     with(|e| {
         let db = selected_db(ctx);
         let mut key = LockKey::open(ctx, name);
@@ -275,20 +273,12 @@ pub fn fence(
             return Ok(None);
         };
         let indexed = lock.deadline();
-        let Some(fence) = lock.new_fence(token_arg.as_slice(), now, &mut fences()) else {
+        let Some(r) = change(lock) else {
             return Ok(None);
         };
         let propagation = Propagation::of_command(token_arg);
-        e.changed(
-            ctx,
-            name,
-            lock,
-            propagation,
-            Some(indexed),
-            now,
-            Event::Fenced,
-        );
-        Ok(Some(fence))
+        e.changed(ctx, name, lock, propagation, Some(indexed), now, event);
+        Ok(Some(r))
     })
 }
 
