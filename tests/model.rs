@@ -3,8 +3,18 @@
 //! (with and without `WAIT`), `LOCK.RELEASE`, `LOCK.EXTEND`, `LOCK.FENCE`, `LOCK.INFO`, `DEL`,
 //! waiters that disconnect, time passing (short leases and short waits that run out),
 //! restarts (`appendonly yes`; waiters are connections and are dropped) and `DEBUG RELOAD`
-//! (locks survive; their waiters, like those of a deleted key, are answered null). Every
+//! (locks survive; their waiters, like those of a deleted key, are answered null), and the
+//! keyspace operations the server can do around a lock key: `RENAME`/`RENAMENX` between two
+//! keys, `SWAPDB 0 1` twice, `FLUSHDB [ASYNC]`/`FLUSHALL ASYNC`, `COPY … REPLACE`,
+//! `DUMP` + `RESTORE … REPLACE`, an overwrite (`SET` then `DEL`) and `PEXPIREAT k 1`. Every
 //! reply is checked against the model, and so is the final state of every key.
+//!
+//! The keyspace contract: a waiter waits for a (db, key name). A lock that moves (`RENAME`)
+//! or is copied (`COPY`, `RESTORE`) arrives with its holder, fence and lease and no waiters;
+//! whenever a key's lock goes away or is replaced (deleted, renamed away, overwritten,
+//! swapped out of db 0, flushed, expired), its waiters are answered null at once. Fence
+//! history follows the value: the next fence of a moved or copied lock is above its fence,
+//! and a fresh acquire of a missing key gets a fence above every fence the server issued.
 //!
 //! Timing never decides an outcome: long leases (10 min) never end during a run; a short
 //! lease or a short `WAIT` puts its key *pending*, no operation touches a pending key, and a
@@ -16,6 +26,7 @@
 mod common;
 
 use std::collections::VecDeque;
+use std::fmt;
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::thread::sleep;
@@ -302,6 +313,30 @@ impl Sock {
 
 // ------------------------------------------------------------------------------ the driver
 
+/// Runs of one keyspace operation: `runs (w with waiters)`, where `w` counts the runs that
+/// answered at least one waiter null (for `COPY`/`RESTORE`: that replaced a destination with
+/// waiters).
+#[derive(Default, Clone, Copy)]
+struct Tally {
+    runs: u64,
+    with_waiters: u64,
+}
+
+impl Tally {
+    fn add(&mut self, answered: usize) {
+        self.runs += 1;
+        if answered > 0 {
+            self.with_waiters += 1;
+        }
+    }
+}
+
+impl fmt::Debug for Tally {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({}w)", self.runs, self.with_waiters)
+    }
+}
+
 #[derive(Default, Debug)]
 struct Counts {
     acquire: u64,
@@ -322,8 +357,31 @@ struct Counts {
     restarts: u64,
     reloads: u64,
     sleeps: u64,
-    /// Waiters answered null because their key was deleted or reloaded.
+    /// Waiters answered null because their key was deleted, reloaded, renamed, replaced,
+    /// swapped out, flushed or expired.
     answered_null: u64,
+    // Keyspace operations (see `Tally`).
+    rename: Tally,
+    renamenx: Tally,
+    /// `RENAME`/`RENAMENX` of a missing key: `ERR no such key`.
+    rename_no_such_key: u64,
+    /// `RENAMENX` onto an existing key: 0, nothing changed.
+    renamenx_refused: u64,
+    swapdb: Tally,
+    /// Of those, the two `SWAPDB`s sent in one pipeline (waiters read after both).
+    swapdb_pipelined: u64,
+    flushdb: Tally,
+    flushdb_async: Tally,
+    flushall_async: Tally,
+    copy: Tally,
+    dump_restore: Tally,
+    /// `COPY`/`DUMP` of a missing key: nothing copied.
+    copy_no_source: u64,
+    /// `COPY`/`RESTORE` whose source had waiters: they keep waiting, in order.
+    copy_source_kept_waiters: u64,
+    set_del: Tally,
+    pexpireat: Tally,
+    pexpireat_missing: u64,
     /// Time spent waiting for pending deadlines, and in restarts.
     tick_wait_ms: u64,
     restart_ms: u64,
@@ -743,12 +801,13 @@ impl Driver {
         }
     }
 
-    /// Every waiter of `k` gets a null reply and leaves the queue.
-    fn answer_waiters_null(&mut self, k: usize, why: &str) {
+    /// Every waiter of `k` gets a null reply and leaves the queue. Returns how many there were.
+    fn answer_waiters_null(&mut self, k: usize, why: &str) -> usize {
         let queue: Vec<usize> = match self.model.keys[k].lock.as_mut() {
             Some(l) => l.queue.drain(..).collect(),
             None => Vec::new(),
         };
+        let n = queue.len();
         for w in queue {
             self.counts.answered_null += 1;
             let r = self.socks[w]
@@ -765,6 +824,7 @@ impl Driver {
             self.model.waiters[w] = None;
             self.socks[w] = None;
         }
+        n
     }
 
     /// A waiter hangs up: it leaves the queue.
@@ -899,6 +959,396 @@ impl Driver {
         }
     }
 
+    // ------------------------------------------------------------- keyspace operations
+
+    /// Like `call`, but an error reply is returned rather than failing the run.
+    fn try_call(&mut self, args: &[&[u8]]) -> Result<Value, String> {
+        let v: Vec<Vec<u8>> = args.iter().map(|a| a.to_vec()).collect();
+        run_raw(&mut self.con, &v)
+    }
+
+    /// After an operation on some keys while others may be pending: the server-wide figures
+    /// if nothing is pending (a short lease or wait elsewhere may have run out, and timing
+    /// must not decide an outcome), else only that no waiter of a key without a pending
+    /// deadline got anything.
+    fn check_settled(&mut self) {
+        if self.model.keys.iter().all(|mk| mk.pending.is_none()) {
+            self.check_totals();
+            return;
+        }
+        for w in 0..self.socks.len() {
+            let Some(mw) = self.model.waiters[w].as_ref() else {
+                continue;
+            };
+            if self.model.keys[mw.key].pending.is_some() {
+                continue;
+            }
+            let s = self.socks[w].as_mut().unwrap();
+            if s.has_input() {
+                let r = s.reply(Duration::from_millis(100));
+                self.fail(&format!("waiter w{w} got {r:?} while it should wait"));
+            }
+        }
+    }
+
+    /// `LOCK.INFO` of `k` checked against the model (not counted as an `info` op).
+    fn check_key(&mut self, k: usize) {
+        let (v, sent, recv) = self.call(&[b"LOCK.INFO", KEYS[k].as_bytes()]);
+        self.check_info(k, parse_info(&v), sent, recv);
+    }
+
+    fn has_waiters(&self, k: usize) -> bool {
+        self.model.keys[k]
+            .lock
+            .as_ref()
+            .is_some_and(|l| !l.queue.is_empty())
+    }
+
+    /// A key without a pending deadline, other than `not`: with probability `waiters` one
+    /// with waiters, else with probability `held` one with a lock, else any (each where
+    /// there is one).
+    fn pick_key(&mut self, not: Option<usize>, waiters: f64, held: f64) -> Option<usize> {
+        let free: Vec<usize> = self
+            .free_keys()
+            .into_iter()
+            .filter(|&k| Some(k) != not)
+            .collect();
+        if free.is_empty() {
+            return None;
+        }
+        let queued: Vec<usize> = free
+            .iter()
+            .copied()
+            .filter(|&k| self.has_waiters(k))
+            .collect();
+        let locked: Vec<usize> = free
+            .iter()
+            .copied()
+            .filter(|&k| self.model.keys[k].lock.is_some())
+            .collect();
+        let from = if !queued.is_empty() && self.rng.gen_bool(waiters) {
+            queued
+        } else if !locked.is_empty() && self.rng.gen_bool(held) {
+            locked
+        } else {
+            free
+        };
+        Some(from[self.rng.gen_range(0..from.len())])
+    }
+
+    /// Two distinct keys without pending deadlines, the source biased towards keys with
+    /// waiters (whose fate is the point) or at least a lock, the destination less so, or
+    /// (`to_missing`) towards a key that does not exist.
+    fn pick_pair(&mut self, to_missing: bool) -> Option<(usize, usize)> {
+        let k = self.pick_key(None, 0.6, 0.8)?;
+        let missing: Vec<usize> = self
+            .free_keys()
+            .into_iter()
+            .filter(|&x| x != k && self.model.keys[x].lock.is_none())
+            .collect();
+        if to_missing && !missing.is_empty() && self.rng.gen_bool(0.8) {
+            return Some((k, missing[self.rng.gen_range(0..missing.len())]));
+        }
+        let k2 = self.pick_key(Some(k), 0.5, 0.0)?;
+        Some((k, k2))
+    }
+
+    /// With probability `p`, if `k` is held and not pending, one more client queues for it
+    /// (`WAIT` without a deadline in the run), so that the keyspace operation that follows
+    /// meets waiters.
+    fn maybe_queue_waiter(&mut self, k: usize, p: f64) {
+        let Some(l) = self.model.keys[k].lock.as_ref() else {
+            return;
+        };
+        if self.model.keys[k].pending.is_some() || l.queue.len() >= 4 || !self.rng.gen_bool(p) {
+            return;
+        }
+        let holder = l.holder.clone();
+        let candidates: Vec<&[u8]> = TOKENS
+            .iter()
+            .copied()
+            .filter(|t| *t != &holder[..] && !self.model.queued(k, t))
+            .collect();
+        if candidates.is_empty() {
+            return;
+        }
+        let t = candidates[self.rng.gen_range(0..candidates.len())].to_vec();
+        self.op_acquire_wait(k, t, false);
+    }
+
+    /// `maybe_queue_waiter` on one held key without a pending deadline, if there is one.
+    fn maybe_queue_waiter_anywhere(&mut self, p: f64) {
+        let k = self.pick_key(None, 0.0, 1.0);
+        if let Some(k) = k {
+            self.maybe_queue_waiter(k, p);
+        }
+    }
+
+    /// The lock of `k` (with its waiters already answered) moves to `k2`, replacing what was
+    /// there (whose waiters are answered null too). Fence history follows the value.
+    fn move_lock(&mut self, k: usize, k2: usize, why: &str) -> usize {
+        let n = self.answer_waiters_null(k, why) + self.answer_waiters_null(k2, why);
+        let lock = self.model.keys[k].lock.take().unwrap();
+        self.model.keys[k2].last_fence = Some(lock.fence);
+        self.model.keys[k2].lock = Some(lock);
+        n
+    }
+
+    /// `k2` gets a copy of `k`'s lock (holder, fence, lease; no waiters); `k2`'s previous
+    /// waiters are answered null; `k` and its queue are unchanged.
+    fn copy_lock(&mut self, k: usize, k2: usize, why: &str) -> usize {
+        let n = self.answer_waiters_null(k2, why);
+        let l = self.model.keys[k].lock.as_ref().unwrap();
+        let copy = MLock {
+            holder: l.holder.clone(),
+            fence: l.fence,
+            deadline: l.deadline,
+            queue: VecDeque::new(),
+        };
+        if !l.queue.is_empty() {
+            self.counts.copy_source_kept_waiters += 1;
+        }
+        self.model.keys[k2].last_fence = Some(copy.fence);
+        self.model.keys[k2].lock = Some(copy);
+        n
+    }
+
+    /// `RENAME k k2` / `RENAMENX k k2`.
+    fn op_rename(&mut self, k: usize, k2: usize, nx: bool) {
+        let cmd: &[u8] = if nx { b"RENAMENX" } else { b"RENAME" };
+        let name = show(cmd);
+        let src = self.model.keys[k].lock.is_some();
+        let dst = self.model.keys[k2].lock.is_some();
+        let r = self.try_call(&[cmd, KEYS[k].as_bytes(), KEYS[k2].as_bytes()]);
+        let want: Result<Value, String> = if !src {
+            Err("ERR no such key".into())
+        } else if nx && dst {
+            Ok(Value::Int(0))
+        } else if nx {
+            Ok(Value::Int(1))
+        } else {
+            Ok(Value::Okay)
+        };
+        self.note(format!(
+            "{name} {} {} -> {r:?} (model {want:?}; source {src}, destination {dst})",
+            KEYS[k], KEYS[k2]
+        ));
+        ensure!(
+            self,
+            r == want,
+            "{name} {} {}: server {r:?}, model {want:?}",
+            KEYS[k],
+            KEYS[k2]
+        );
+        if !src {
+            self.counts.rename_no_such_key += 1;
+        } else if nx && dst {
+            self.counts.renamenx_refused += 1;
+        } else {
+            let n = self.move_lock(k, k2, &name);
+            if nx {
+                self.counts.renamenx.add(n);
+            } else {
+                self.counts.rename.add(n);
+            }
+        }
+        self.check_key(k);
+        self.check_key(k2);
+        self.check_settled();
+    }
+
+    /// `SWAPDB 0 1` and at once `SWAPDB 0 1` again (db 1 is empty): every lock comes back
+    /// unchanged; every waiter (all are in db 0) is answered null at the first swap. Either
+    /// pipelined, or with the waiters' replies read between the two swaps.
+    fn op_swapdb(&mut self) {
+        self.tick();
+        // The variants take turns, so that a short run sees both.
+        let pipelined = self.counts.swapdb.runs % 2 == 1;
+        let mut n = 0;
+        if pipelined {
+            self.counts.swapdb_pipelined += 1;
+            let r: redis::RedisResult<Vec<Value>> = redis::pipe()
+                .cmd("SWAPDB")
+                .arg(0)
+                .arg(1)
+                .cmd("SWAPDB")
+                .arg(0)
+                .arg(1)
+                .query(&mut self.con);
+            self.note(format!("SWAPDB 0 1; SWAPDB 0 1 (pipelined) -> {r:?}"));
+            ensure!(
+                self,
+                matches!(&r, Ok(v) if v[..] == [Value::Okay, Value::Okay]),
+                "SWAPDB 0 1 twice (pipelined) replied {r:?}"
+            );
+            for k in 0..KEYS.len() {
+                n += self.answer_waiters_null(k, "SWAPDB");
+            }
+        } else {
+            let (v, _, _) = self.call(&[b"SWAPDB", b"0", b"1"]);
+            self.note(format!("SWAPDB 0 1 -> {v:?}"));
+            ensure!(self, v == Value::Okay, "SWAPDB 0 1 replied {v:?}");
+            for k in 0..KEYS.len() {
+                n += self.answer_waiters_null(k, "SWAPDB");
+            }
+            let (v, _, _) = self.call(&[b"DBSIZE"]);
+            ensure!(
+                self,
+                v == Value::Int(0),
+                "DBSIZE {v:?} in db 0 between the swaps, expected 0"
+            );
+            let (v, _, _) = self.call(&[b"SWAPDB", b"0", b"1"]);
+            self.note(format!("SWAPDB 0 1 (back) -> {v:?}"));
+            ensure!(self, v == Value::Okay, "SWAPDB 0 1 (back) replied {v:?}");
+        }
+        self.counts.swapdb.add(n);
+        for k in 0..KEYS.len() {
+            self.check_key(k);
+        }
+        self.check_totals();
+    }
+
+    /// `FLUSHDB`, `FLUSHDB ASYNC` or `FLUSHALL ASYNC`: every lock gone, every waiter
+    /// answered null at once.
+    fn op_flush(&mut self) {
+        self.tick();
+        // The variants take turns, so that a short run sees all three.
+        let which = (self.counts.flushdb.runs
+            + self.counts.flushdb_async.runs
+            + self.counts.flushall_async.runs)
+            % 3;
+        let args: &[&[u8]] = match which {
+            0 => &[b"FLUSHDB"],
+            1 => &[b"FLUSHDB", b"ASYNC"],
+            _ => &[b"FLUSHALL", b"ASYNC"],
+        };
+        let name = args.iter().map(|a| show(a)).collect::<Vec<_>>().join(" ");
+        let (v, _, _) = self.call(args);
+        self.note(format!("{name} -> {v:?}"));
+        ensure!(self, v == Value::Okay, "{name} replied {v:?}");
+        let mut n = 0;
+        for k in 0..KEYS.len() {
+            n += self.answer_waiters_null(k, &name);
+            self.model.keys[k].lock = None;
+        }
+        match which {
+            0 => self.counts.flushdb.add(n),
+            1 => self.counts.flushdb_async.add(n),
+            _ => self.counts.flushall_async.add(n),
+        }
+        for k in 0..KEYS.len() {
+            self.check_key(k);
+        }
+        self.check_totals();
+    }
+
+    /// `COPY k k2 REPLACE`, or `DUMP k` + `RESTORE k2 0 <payload> REPLACE`.
+    fn op_copy(&mut self, k: usize, k2: usize, restore: bool) {
+        let src = self.model.keys[k].lock.is_some();
+        if restore {
+            let (v, _, _) = self.call(&[b"DUMP", KEYS[k].as_bytes()]);
+            let payload = match v {
+                Value::BulkString(p) if src => p,
+                Value::Nil if !src => {
+                    self.note(format!("DUMP {} -> nil (model: missing)", KEYS[k]));
+                    self.counts.copy_no_source += 1;
+                    return;
+                }
+                other => self.fail(&format!(
+                    "DUMP {}: server {other:?}, model exists={src}",
+                    KEYS[k]
+                )),
+            };
+            let r = self.try_call(&[b"RESTORE", KEYS[k2].as_bytes(), b"0", &payload, b"REPLACE"]);
+            self.note(format!(
+                "DUMP {} + RESTORE {} 0 <{} bytes> REPLACE -> {r:?}",
+                KEYS[k],
+                KEYS[k2],
+                payload.len()
+            ));
+            ensure!(
+                self,
+                r == Ok(Value::Okay),
+                "RESTORE {} 0 <dump of {}> REPLACE replied {r:?}",
+                KEYS[k2],
+                KEYS[k]
+            );
+            let n = self.copy_lock(k, k2, "RESTORE");
+            self.counts.dump_restore.add(n);
+        } else {
+            let (v, _, _) =
+                self.call(&[b"COPY", KEYS[k].as_bytes(), KEYS[k2].as_bytes(), b"REPLACE"]);
+            self.note(format!(
+                "COPY {} {} REPLACE -> {v:?} (model {})",
+                KEYS[k], KEYS[k2], src as i64
+            ));
+            ensure!(
+                self,
+                v == Value::Int(src as i64),
+                "COPY {} {} REPLACE replied {v:?}, model {}",
+                KEYS[k],
+                KEYS[k2],
+                src as i64
+            );
+            if !src {
+                self.counts.copy_no_source += 1;
+            } else {
+                let n = self.copy_lock(k, k2, "COPY");
+                self.counts.copy.add(n);
+            }
+        }
+        self.check_key(k);
+        self.check_key(k2);
+        self.check_settled();
+    }
+
+    /// An overwrite: `SET k v` (waiters answered null at once, read before the next
+    /// command), then `DEL k`.
+    fn op_set_del(&mut self, k: usize) {
+        let (v, _, _) = self.call(&[b"SET", KEYS[k].as_bytes(), b"not a lock"]);
+        self.note(format!("SET {} -> {v:?}", KEYS[k]));
+        ensure!(self, v == Value::Okay, "SET {} replied {v:?}", KEYS[k]);
+        let n = self.answer_waiters_null(k, "SET");
+        self.model.keys[k].lock = None;
+        let (v, _, _) = self.call(&[b"DEL", KEYS[k].as_bytes()]);
+        self.note(format!("DEL {} -> {v:?}", KEYS[k]));
+        ensure!(
+            self,
+            v == Value::Int(1),
+            "DEL {} after SET replied {v:?}",
+            KEYS[k]
+        );
+        self.counts.set_del.add(n);
+        self.check_key(k);
+        self.check_settled();
+    }
+
+    /// `PEXPIREAT k 1`: a time in the past deletes the key at once.
+    fn op_pexpireat(&mut self, k: usize) {
+        let existed = self.model.keys[k].lock.is_some();
+        let (v, _, _) = self.call(&[b"PEXPIREAT", KEYS[k].as_bytes(), b"1"]);
+        self.note(format!(
+            "PEXPIREAT {} 1 -> {v:?} (model {})",
+            KEYS[k], existed as i64
+        ));
+        ensure!(
+            self,
+            v == Value::Int(existed as i64),
+            "PEXPIREAT {} 1 replied {v:?}, model {}",
+            KEYS[k],
+            existed as i64
+        );
+        if existed {
+            let n = self.answer_waiters_null(k, "PEXPIREAT");
+            self.model.keys[k].lock = None;
+            self.counts.pexpireat.add(n);
+        } else {
+            self.counts.pexpireat_missing += 1;
+        }
+        self.check_key(k);
+        self.check_settled();
+    }
+
     // ------------------------------------------------------------------------- the run
 
     fn step(&mut self) {
@@ -908,7 +1358,7 @@ impl Driver {
             return;
         }
         let k = free[self.rng.gen_range(0..free.len())];
-        let roll = self.rng.gen_range(0..1000);
+        let roll = self.rng.gen_range(0..1057);
         match roll {
             0..=189 => {
                 let t = self.pick_token(k);
@@ -978,7 +1428,46 @@ impl Driver {
             960..=969 => self.tick(),
             970..=975 => self.op_restart(),
             976..=981 => self.op_reload(),
-            _ => self.op_info(k),
+            982..=999 => self.op_info(k),
+            // Keyspace operations around lock keys.
+            1000..=1014 => {
+                let nx = self.rng.gen_bool(0.5);
+                match self.pick_pair(nx) {
+                    Some((k, k2)) => {
+                        self.maybe_queue_waiter(k, 0.4);
+                        self.maybe_queue_waiter(k2, 0.2);
+                        self.op_rename(k, k2, nx)
+                    }
+                    None => self.op_info(k),
+                }
+            }
+            1015..=1019 => {
+                self.maybe_queue_waiter_anywhere(0.5);
+                self.op_swapdb()
+            }
+            1020..=1025 => {
+                self.maybe_queue_waiter_anywhere(0.5);
+                self.op_flush()
+            }
+            1026..=1040 => match self.pick_pair(false) {
+                Some((k, k2)) => {
+                    self.maybe_queue_waiter(k, 0.3);
+                    self.maybe_queue_waiter(k2, 0.3);
+                    let restore = self.rng.gen_bool(0.5);
+                    self.op_copy(k, k2, restore)
+                }
+                None => self.op_info(k),
+            },
+            1041..=1048 => {
+                let k = self.pick_key(None, 0.6, 0.5).unwrap_or(k);
+                self.maybe_queue_waiter(k, 0.3);
+                self.op_set_del(k)
+            }
+            _ => {
+                let k = self.pick_key(None, 0.6, 0.5).unwrap_or(k);
+                self.maybe_queue_waiter(k, 0.3);
+                self.op_pexpireat(k)
+            }
         }
     }
 
@@ -1035,4 +1524,29 @@ fn model_agrees_with_the_server() {
         "the run should exercise restarts, reloads and grants: {:?}",
         d.counts
     );
+    if ops >= DEFAULT_OPS {
+        // A full-length run meets every keyspace operation, each group also with waiters.
+        let c = &d.counts;
+        let groups: [(&str, &[Tally]); 6] = [
+            ("RENAME/RENAMENX", &[c.rename, c.renamenx]),
+            ("SWAPDB", &[c.swapdb]),
+            ("FLUSH", &[c.flushdb, c.flushdb_async, c.flushall_async]),
+            ("COPY/RESTORE", &[c.copy, c.dump_restore]),
+            ("SET+DEL", &[c.set_del]),
+            ("PEXPIREAT", &[c.pexpireat]),
+        ];
+        for (name, tallies) in groups {
+            assert!(
+                tallies.iter().all(|t| t.runs > 0) && tallies.iter().any(|t| t.with_waiters > 0),
+                "the run should exercise {name}, also with waiters queued: {:?}",
+                d.counts
+            );
+        }
+        assert!(
+            c.rename_no_such_key > 0 && c.renamenx_refused > 0 && c.copy_source_kept_waiters > 0,
+            "the run should exercise RENAME of a missing key, RENAMENX onto a lock and COPY \
+             of a lock with waiters: {:?}",
+            d.counts
+        );
+    }
 }
