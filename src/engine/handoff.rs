@@ -15,8 +15,9 @@ use std::time::Duration;
 
 use redis_module::{Context, ContextFlags, RedisString};
 
+use super::leases;
 use super::ops::{Propagation, Removal};
-use super::{fences, leases, with, Engine, Withdrawal};
+use super::state::{fences, with, Engine, Withdrawal};
 use crate::blocked;
 use crate::clock::{self, Now};
 use crate::keyspace::{key_in_db, signal_modified, LockKey};

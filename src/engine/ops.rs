@@ -8,7 +8,8 @@
 
 use redis_module::{Context, ContextFlags, RedisString};
 
-use super::{fences, leases, with, Engine};
+use super::leases;
+use super::state::{fences, with, Engine};
 use crate::args::{AcquireArgs, ApplyArgs};
 use crate::blocked;
 use crate::clock::{self, Now};
@@ -284,7 +285,7 @@ fn by_holder<R>(
 
 /// Clients queued for `key` in database `db` (for `LOCK.INFO`).
 pub fn queued_at(db: i32, key: &[u8]) -> usize {
-    if super::waiting_clients() == 0 {
+    if super::state::waiting_clients() == 0 {
         return 0;
     }
     with(|e| e.waiters.queued_at(db, key))

@@ -16,8 +16,9 @@ use std::sync::atomic::Ordering;
 
 use redis_module::{Context, RedisString};
 
+use super::leases;
+use super::state::{anyone_waits, try_with, with, Engine, Withdrawal, HAS_PENDING, PENDING};
 use super::waiters::{Left, Reply, WaiterId};
-use super::{leases, try_with, with, Engine, Withdrawal, HAS_PENDING, PENDING};
 use crate::blocked::{self, Handle};
 use crate::keyspace::{selected_db, LockKey};
 use crate::lock::Lock;
@@ -156,7 +157,7 @@ pub fn unlinked(lock: &Lock) {
         key.clear();
         key.extend_from_slice(lock.key());
     });
-    if !super::anyone_waits() {
+    if !anyone_waits() {
         return;
     }
     let (db, key) = (lock.db(), lock.key());
