@@ -3,77 +3,10 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{info, resp_command, wait_until, Opts, Server};
+use common::{info, wait_until, Opts, Server, Waiter};
 use redis::Value;
-
-/// A client blocked (or about to block) in `LOCK.ACQUIRE … WAIT`, on its own socket.
-struct Waiter {
-    s: TcpStream,
-    token: String,
-    sent: Instant,
-}
-
-impl Waiter {
-    /// Sends `LOCK.ACQUIRE key token ttl WAIT timeout` and returns without reading.
-    fn send(server: &Server, key: &str, token: &str, ttl: u64, timeout: u64) -> Waiter {
-        let s = TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        let (ttl, timeout) = (ttl.to_string(), timeout.to_string());
-        let req = resp_command(&["LOCK.ACQUIRE", key, token, &ttl, "WAIT", &timeout]);
-        let mut w = Waiter {
-            s,
-            token: token.to_string(),
-            sent: Instant::now(),
-        };
-        w.s.write_all(&req).unwrap();
-        w
-    }
-
-    /// Sends, then waits until the server counts one more waiter on `key`, so that the
-    /// order of joining is the order of calls.
-    fn join(server: &Server, key: &str, token: &str, ttl: u64, timeout: u64) -> Waiter {
-        let mut con = server.conn();
-        let before = info(&mut con, key).map_or(0, |i| i.waiters);
-        let w = Waiter::send(server, key, token, ttl, timeout);
-        assert!(
-            wait_until(Duration::from_secs(5), || {
-                info(&mut con, key).map_or(0, |i| i.waiters) == before + 1
-            }),
-            "waiter {token} did not join the queue"
-        );
-        w
-    }
-
-    /// Reads one reply: `Some(fence)` or `None` for null.
-    fn reply(&mut self) -> Option<i64> {
-        let mut buf = Vec::new();
-        let mut byte = [0u8; 1];
-        while !buf.ends_with(b"\r\n") {
-            let n = self.s.read(&mut byte).expect("read reply");
-            assert_eq!(n, 1, "connection closed before a reply");
-            buf.push(byte[0]);
-        }
-        let line = String::from_utf8(buf).unwrap();
-        match line.as_bytes()[0] {
-            b':' => Some(line[1..].trim_end().parse().unwrap()),
-            b'$' | b'*' | b'_' if line.contains("-1") || line.starts_with('_') => None,
-            _ => panic!("unexpected reply {line:?}"),
-        }
-    }
-
-    /// True if a reply is already waiting to be read.
-    fn has_reply(&mut self) -> bool {
-        self.s.set_nonblocking(true).unwrap();
-        let mut b = [0u8; 1];
-        let r = self.s.peek(&mut b);
-        self.s.set_nonblocking(false).unwrap();
-        matches!(r, Ok(n) if n > 0)
-    }
-}
 
 fn acquire(con: &mut redis::Connection, key: &str, token: &str, ttl: u64) -> Option<i64> {
     common::acquire(con, key, token, ttl)
@@ -223,18 +156,8 @@ fn an_undelivered_grant_is_passed_to_the_next_waiter() {
     let server = Server::new();
     let mut con = server.conn();
     let first = acquire(&mut con, "k", "holder", 60_000).unwrap();
-    let _doomed = Waiter::join(&server, "k", "doomed", 60_000, 0);
+    let doomed = Waiter::join(&server, "k", "doomed", 60_000, 0);
     let mut next = Waiter::join(&server, "k", "next", 60_000, 0);
-    let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut con).unwrap();
-    // Find the blocked clients' ids in queue order (the lower id joined first).
-    let mut ids: Vec<u64> = list
-        .lines()
-        .filter(|l| l.contains("flags=b"))
-        .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
-        .map(|id| id.parse().unwrap())
-        .collect();
-    ids.sort();
-    assert_eq!(ids.len(), 2, "two blocked clients: {list}");
     let reply: Value = redis::pipe()
         .atomic()
         .cmd("LOCK.RELEASE")
@@ -243,7 +166,7 @@ fn an_undelivered_grant_is_passed_to_the_next_waiter() {
         .cmd("CLIENT")
         .arg("KILL")
         .arg("ID")
-        .arg(ids[0])
+        .arg(doomed.id)
         .query(&mut con)
         .unwrap();
     assert!(
