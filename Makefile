@@ -38,7 +38,7 @@ bench: build
 # A quick local run: unit tests and the fast integration files; leaves out the slowest
 # (cluster, model, crash, clock steps, failover, fuzzers, clients), which `make test` and CI run.
 test-quick: build
-	cargo test --release --lib --test commands --test wait --test persistence --test replication --test server_integration --test exclusion
+	cargo test --release --lib --test commands --test wait --test persistence --test replication --test server_integration --test exclusion --test keyspace --test server_rules
 
 # Integration tests against each server: Redis 7.0 (system), Valkey 8.1/9.1 and Redis 8.2
 # (PyPI wheels in venvs under target/matrix/). SERVERS="valkey-9.1" runs only some.
