@@ -85,17 +85,32 @@ pub fn apply<'a>(args: &[&'a [u8]]) -> Result<ApplyArgs<'a>, LockError> {
     let [token, deadline, fence] = args else {
         return Err(LockError::Arity);
     };
-    let token = token_arg(token).map_err(|_| LockError::BadApply("token"))?;
-    let deadline_unix_ms = integer(deadline).ok_or(LockError::BadApply("deadline"))?;
+    let token = token_arg(token).map_err(|_| LockError::BadInternal("LOCK.APPLY", "token"))?;
+    let deadline_unix_ms =
+        integer(deadline).ok_or(LockError::BadInternal("LOCK.APPLY", "deadline"))?;
     let fence = integer(fence)
         .map(|f| f as u64)
         .filter(|f| crate::fence::is_valid(*f))
-        .ok_or(LockError::BadApply("fence"))?;
+        .ok_or(LockError::BadInternal("LOCK.APPLY", "fence"))?;
     Ok(ApplyArgs {
         token,
         deadline_unix_ms,
         fence,
     })
+}
+
+/// Parsed `LOCK.HIGHWATER fence saved_ms`: a high-water mark and when it was saved.
+pub fn highwater(args: &[&[u8]]) -> Result<(u64, i64), LockError> {
+    let [fence, saved_ms] = args else {
+        return Err(LockError::Arity);
+    };
+    // 0: nothing issued yet (a fresh server's first rewrite).
+    let fence = integer(fence)
+        .map(|f| f as u64)
+        .filter(|&f| f == 0 || crate::fence::is_valid(f))
+        .ok_or(LockError::BadInternal("LOCK.HIGHWATER", "fence"))?;
+    let saved_ms = integer(saved_ms).ok_or(LockError::BadInternal("LOCK.HIGHWATER", "time"))?;
+    Ok((fence, saved_ms))
 }
 
 fn token_arg(token: &[u8]) -> Result<&[u8], LockError> {
@@ -279,11 +294,11 @@ mod tests {
         assert_eq!(a.deadline_unix_ms, 1_700_000_000_000);
         assert_eq!(
             apply(&[b"tok", b"1", b"0"]),
-            Err(LockError::BadApply("fence"))
+            Err(LockError::BadInternal("LOCK.APPLY", "fence"))
         );
         assert_eq!(
             apply(&[b"tok", b"x", b"1"]),
-            Err(LockError::BadApply("deadline"))
+            Err(LockError::BadInternal("LOCK.APPLY", "deadline"))
         );
         assert_eq!(apply(&[b"tok", b"1"]), Err(LockError::Arity));
     }

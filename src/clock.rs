@@ -10,6 +10,7 @@
 //! smoothly between two reads. A step of the wall clock reaches fences and propagated
 //! deadlines at the next cron tick, within 100 ms.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -34,6 +35,32 @@ pub fn now() -> Now {
     Now {
         mono,
         wall_us: mono as i64 + offset,
+    }
+}
+
+thread_local! {
+    /// The time at which the running script or transaction began (`EXEC`, `EVAL`, `FCALL`
+    /// and their variants), noted by the command filter; `None` once a command outside one
+    /// has seen that it ended.
+    static UNIT_START: Cell<Option<Now>> = const { Cell::new(None) };
+}
+
+/// A script or transaction is about to run.
+pub fn unit_starts() {
+    UNIT_START.set(Some(now()));
+}
+
+/// The time a command judges leases by: within a script or `MULTI`/`EXEC`, the time it
+/// began, as the server judges key expiry there; elsewhere, now. `nested` says whether the
+/// running command is inside one; it is asked only after a script or transaction began.
+pub fn now_for(nested: impl FnOnce() -> bool) -> Now {
+    match UNIT_START.get() {
+        Some(start) if nested() => start,
+        Some(_) => {
+            UNIT_START.set(None);
+            now()
+        }
+        None => now(),
     }
 }
 
@@ -123,10 +150,40 @@ mod tests {
     }
 
     #[test]
-    fn monotonic_reads_do_not_go_back() {
+    fn a_script_or_transaction_keeps_the_time_it_began() {
+        assert!(now_for(|| panic!("asked outside a unit")).mono >= MONO_BASE);
+        unit_starts();
+        let start = UNIT_START.get().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        assert_eq!(now_for(|| true), start, "inside: the start");
+        assert!(now_for(|| false).mono > start.mono, "after it: now");
+        assert_eq!(UNIT_START.get(), None, "and forgotten");
+    }
+
+    #[test]
+    fn both_clocks_advance_with_real_time_and_the_wall_one_is_unix_time() {
         let a = now();
+        std::thread::sleep(std::time::Duration::from_millis(20));
         let b = now();
-        assert!(b.mono >= a.mono);
+        let mono_ms = (b.mono - a.mono) / 1000;
+        assert!(
+            (20..200).contains(&mono_ms),
+            "monotonic clock moved {mono_ms} ms"
+        );
+        assert_eq!(
+            b.wall_us - a.wall_us,
+            (b.mono - a.mono) as i64,
+            "wall derived from it"
+        );
+        let unix_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        assert!(
+            (unix_ms - b.wall()).abs() < 100,
+            "wall {} vs {unix_ms}",
+            b.wall()
+        );
         assert!(a.mono >= MONO_BASE);
     }
 }

@@ -26,6 +26,7 @@ struct Command {
     /// `EXPIRE` do.
     flags: &'static CStr,
     arity: c_int,
+    /// The key's flags; 0 for the one command without a key.
     key_flags: u32,
     args: &'static [Arg],
     summary: &'static CStr,
@@ -71,6 +72,12 @@ const DEADLINE: Arg = Arg {
     token: None,
     optional: false,
 };
+const SAVED_AT: Arg = Arg {
+    name: c"saved_at",
+    kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_UNIX_TIME,
+    token: None,
+    optional: false,
+};
 const FENCE: Arg = Arg {
     name: c"fence",
     kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
@@ -85,8 +92,9 @@ const ACCESS: u32 = raw::REDISMODULE_CMD_KEY_ACCESS;
 const UPDATE: u32 = raw::REDISMODULE_CMD_KEY_UPDATE;
 const DELETE: u32 = raw::REDISMODULE_CMD_KEY_DELETE;
 
-/// Every command has its key at position 1 (first key 1, last key 1, step 1).
-const COMMANDS: [Command; 6] = [
+/// Every command but `LOCK.HIGHWATER` has its key at position 1 (first key 1, last key 1,
+/// step 1).
+const COMMANDS: [Command; 7] = [
     Command {
         name: c"lock.acquire",
         flags: c"write deny-oom fast blocking",
@@ -147,6 +155,16 @@ const COMMANDS: [Command; 6] = [
         complexity: c"O(1)",
         handler: commands::apply,
     },
+    Command {
+        name: c"lock.highwater",
+        flags: c"write",
+        arity: 3,
+        key_flags: 0,
+        args: &[FENCE, SAVED_AT],
+        summary: c"Internal: the fence high-water mark when an AOF rewrite began (refused from clients)",
+        complexity: c"O(1)",
+        handler: commands::highwater,
+    },
 ];
 
 /// The ACL category of every command, added by `redis_module!` where the server supports
@@ -159,16 +177,18 @@ const INLINE_ARGS: usize = 8;
 /// Registers every command with its flags, info and (where the server has the API) ACL
 /// category.
 pub fn register(ctx: &Context) -> Result<(), String> {
-    let entries: [raw::RedisModuleCmdFunc; 6] = [
+    let entries: [raw::RedisModuleCmdFunc; 7] = [
         Some(entry::<0>),
         Some(entry::<1>),
         Some(entry::<2>),
         Some(entry::<3>),
         Some(entry::<4>),
         Some(entry::<5>),
+        Some(entry::<6>),
     ];
     for (command, entry) in COMMANDS.iter().zip(entries) {
         let name = command.name.to_string_lossy();
+        let key = c_int::from(command.key_flags != 0);
         // SAFETY: ctx.ctx is the OnLoad context; the strings are NUL-terminated statics and
         // `entry` is a function with the signature Redis calls.
         let status = unsafe {
@@ -177,9 +197,9 @@ pub fn register(ctx: &Context) -> Result<(), String> {
                 command.name.as_ptr(),
                 entry,
                 command.flags.as_ptr(),
-                1,
-                1,
-                1,
+                key,
+                key,
+                key,
             )
         };
         if status != raw::REDISMODULE_OK as c_int {
@@ -279,7 +299,10 @@ fn key_spec(flags: Option<u32>) -> raw::RedisModuleCommandKeySpec {
 
 /// Sets what `COMMAND INFO` and `COMMAND DOCS` say of `command`.
 fn describe(handle: *mut raw::RedisModuleCommand, command: &Command) -> Result<(), ()> {
-    let mut key_specs = [key_spec(Some(command.key_flags)), key_spec(None)];
+    let mut key_specs = match command.key_flags {
+        0 => [key_spec(None), key_spec(None)],
+        flags => [key_spec(Some(flags)), key_spec(None)],
+    };
     let mut args: Vec<raw::RedisModuleCommandArg> = command
         .args
         .iter()

@@ -2,7 +2,7 @@
 //! reply. Every argument is checked here, before the engine touches a key, so that a bad
 //! one changes nothing.
 
-use redis_module::{raw, Context, RedisError, RedisResult, RedisString, RedisValue};
+use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
 use crate::args;
 use crate::clock;
@@ -10,6 +10,14 @@ use crate::config;
 use crate::engine::{self, Acquired};
 use crate::error::LockError;
 use crate::keyspace::{selected_db, LockKey};
+
+/// The time this command judges leases by (see `clock::now_for`).
+fn now(ctx: &Context) -> clock::Now {
+    clock::now_for(|| {
+        ctx.get_flags()
+            .intersects(ContextFlags::MULTI | ContextFlags::LUA)
+    })
+}
 
 /// The most arguments after the key that any command reads. A longer call is handed to the
 /// parser cut to one more than this, which is enough for it to reject it.
@@ -59,7 +67,7 @@ fn integer(n: u64) -> RedisValue {
 pub fn acquire(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let call = Call::split(args)?;
     let a = args::acquire(call.rest(), config::max_ttl())?;
-    let now = clock::now();
+    let now = now(ctx);
     let wait = match a.wait {
         Some(timeout) => Some(args::wait_deadline(timeout, now.mono, now.wall())?),
         None => None,
@@ -78,7 +86,7 @@ pub fn acquire(ctx: &Context, args: &[RedisString]) -> RedisResult {
 pub fn release(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let call = Call::split(args)?;
     let token = args::token_only(call.rest())?;
-    let released = engine::release(ctx, call.key, token, clock::now())?;
+    let released = engine::release(ctx, call.key, token, now(ctx))?;
     Ok(RedisValue::Integer(released.into()))
 }
 
@@ -86,7 +94,7 @@ pub fn release(ctx: &Context, args: &[RedisString]) -> RedisResult {
 pub fn extend(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let call = Call::split(args)?;
     let (_, ttl) = args::extend(call.rest(), config::max_ttl())?;
-    let extended = engine::extend(ctx, call.key, call.token()?, ttl, clock::now())?;
+    let extended = engine::extend(ctx, call.key, call.token()?, ttl, now(ctx))?;
     Ok(RedisValue::Integer(extended.into()))
 }
 
@@ -94,7 +102,7 @@ pub fn extend(ctx: &Context, args: &[RedisString]) -> RedisResult {
 pub fn fence(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let call = Call::split(args)?;
     args::token_only(call.rest())?;
-    let fence = engine::fence(ctx, call.key, call.token()?, clock::now())?;
+    let fence = engine::fence(ctx, call.key, call.token()?, now(ctx))?;
     Ok(fence.map_or(RedisValue::Null, integer))
 }
 
@@ -108,7 +116,7 @@ pub fn info(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let Some(lock) = key.lock()? else {
         return Ok(RedisValue::Null);
     };
-    let now = clock::now();
+    let now = now(ctx);
     let waiters = engine::queued_at(selected_db(ctx), call.key.as_slice());
     // An ended lease with nobody waiting is a removed key, also in the moment before the
     // sweep (or, on a replica, the master's DEL) takes it away.
@@ -138,11 +146,23 @@ pub fn info(ctx: &Context, args: &[RedisString]) -> RedisResult {
 /// `LOCK.APPLY key token deadline fence`: the state a master propagated (internal).
 pub fn apply(ctx: &Context, args: &[RedisString]) -> RedisResult {
     if !engine::is_replay(ctx) {
-        return Err(LockError::InternalCommand.into());
+        return Err(LockError::InternalCommand("LOCK.APPLY").into());
     }
     let call = Call::split(args)?;
     let a = args::apply(call.rest())?;
     engine::apply(ctx, call.key, &a)?;
+    Ok(RedisValue::SimpleStringStatic("OK"))
+}
+
+/// `LOCK.HIGHWATER fence saved_ms`: the fence high-water mark as saved when an AOF rewrite
+/// began (internal).
+pub fn highwater(ctx: &Context, args: &[RedisString]) -> RedisResult {
+    if !engine::is_replay(ctx) {
+        return Err(LockError::InternalCommand("LOCK.HIGHWATER").into());
+    }
+    let rest: Vec<&[u8]> = args.iter().skip(1).map(RedisString::as_slice).collect();
+    let (fence, saved_ms) = args::highwater(&rest)?;
+    engine::highwater(ctx, fence, saved_ms);
     Ok(RedisValue::SimpleStringStatic("OK"))
 }
 

@@ -6,6 +6,8 @@ use std::fmt;
 
 use redis_module::RedisError;
 
+use crate::fence::FenceError;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LockError {
     /// Wrong number of arguments: replied with the server's standard message.
@@ -23,10 +25,20 @@ pub enum LockError {
     TimeoutOutOfRange,
     TokenLength,
     WrongType,
-    /// `LOCK.APPLY` sent by a client rather than the master link or the AOF.
-    InternalCommand,
-    /// A malformed `LOCK.APPLY` (only a corrupt AOF or replication stream can send one).
-    BadApply(&'static str),
+    /// An internal command (`LOCK.APPLY`, `LOCK.HIGHWATER`) sent by a client rather than
+    /// the master link or the AOF.
+    InternalCommand(&'static str),
+    /// A malformed internal command (only a corrupt AOF or replication stream can send
+    /// one): the command, and the argument.
+    BadInternal(&'static str, &'static str),
+    /// No fence could be issued (see `fence.rs`).
+    Fence(FenceError),
+}
+
+impl From<FenceError> for LockError {
+    fn from(e: FenceError) -> Self {
+        LockError::Fence(e)
+    }
 }
 
 impl fmt::Display for LockError {
@@ -46,10 +58,12 @@ impl fmt::Display for LockError {
             LockError::WrongType => {
                 f.write_str("WRONGTYPE Operation against a key holding the wrong kind of value")
             }
-            LockError::InternalCommand => f.write_str(
-                "ERR LOCK.APPLY is internal: only the master link and the AOF may send it",
+            LockError::InternalCommand(name) => write!(
+                f,
+                "ERR {name} is internal: only the master link and the AOF may send it"
             ),
-            LockError::BadApply(what) => write!(f, "ERR LOCK.APPLY: bad {what}"),
+            LockError::BadInternal(command, what) => write!(f, "ERR {command}: bad {what}"),
+            LockError::Fence(e) => e.fmt(f),
         }
     }
 }
@@ -81,13 +95,15 @@ mod tests {
             LockError::TimeoutOutOfRange,
             LockError::TokenLength,
             LockError::WrongType,
-            LockError::InternalCommand,
-            LockError::BadApply("fence"),
+            LockError::InternalCommand("LOCK.APPLY"),
+            LockError::BadInternal("LOCK.APPLY", "fence"),
+            LockError::Fence(FenceError::RateLimited),
+            LockError::Fence(FenceError::Exhausted),
         ];
         for e in all {
             let s = e.to_string();
             let code = s.split(' ').next().unwrap();
-            assert!(code == "ERR" || code == "WRONGTYPE", "{s}");
+            assert!(matches!(code, "ERR" | "WRONGTYPE" | "TRYAGAIN"), "{s}");
         }
     }
 

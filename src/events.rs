@@ -13,15 +13,20 @@ use redis_module_macros::{
 };
 
 use crate::blocked::{self, Handle};
-use crate::engine::{self, Reply};
+use crate::engine::{self, Arrival, Reply};
 use crate::keyspace::{self, selected_db};
 use crate::{replication, stats};
 
 /// Subscribes to what the crate has no handler list for: `FLUSHDB` (with the database it
 /// flushes), `SWAPDB`, `FORK_CHILD`, and the keyspace events that move a key or evict it.
 pub fn subscribe(ctx: &Context) -> Result<(), &'static str> {
-    let events: [(u64, raw::RedisModuleEventCallback, &str); 3] = [
+    let events: [(u64, raw::RedisModuleEventCallback, &str); 4] = [
         (raw::REDISMODULE_EVENT_FLUSHDB, Some(on_flush), "FLUSHDB"),
+        (
+            raw::REDISMODULE_EVENT_PERSISTENCE,
+            Some(on_persistence),
+            "PERSISTENCE",
+        ),
         (raw::REDISMODULE_EVENT_SWAPDB, Some(on_swapdb), "SWAPDB"),
         (
             raw::REDISMODULE_EVENT_FORK_CHILD,
@@ -48,6 +53,18 @@ pub fn subscribe(ctx: &Context) -> Result<(), &'static str> {
     };
     if status != raw::REDISMODULE_OK as c_int {
         return Err("failed to subscribe to keyspace events");
+    }
+    // SAFETY: ctx.ctx is the OnLoad context; the callback has the signature the API expects.
+    // NOSELF: the module's own calls are not scripts.
+    let filter = unsafe {
+        raw::RedisModule_RegisterCommandFilter.unwrap()(
+            ctx.ctx,
+            Some(on_command),
+            raw::REDISMODULE_CMDFILTER_NOSELF as c_int,
+        )
+    };
+    if filter.is_null() {
+        return Err("failed to register the command filter");
     }
     blocked::install(blocked::Callbacks {
         reply: Some(on_reply),
@@ -101,6 +118,22 @@ unsafe extern "C" fn on_flush(
     engine::flushed((info.dbnum >= 0).then_some(info.dbnum));
 }
 
+/// An AOF rewrite began (in the background or not).
+unsafe extern "C" fn on_persistence(
+    ctx: *mut raw::RedisModuleCtx,
+    _: raw::RedisModuleEvent,
+    subevent: u64,
+    _: *mut c_void,
+) {
+    if matches!(
+        subevent,
+        raw::REDISMODULE_SUBEVENT_PERSISTENCE_AOF_START
+            | raw::REDISMODULE_SUBEVENT_PERSISTENCE_SYNC_AOF_START
+    ) {
+        engine::aof_rewrite_started(&Context::new(ctx));
+    }
+}
+
 unsafe extern "C" fn on_swapdb(
     _: *mut raw::RedisModuleCtx,
     _: raw::RedisModuleEvent,
@@ -144,16 +177,45 @@ unsafe extern "C" fn on_key_event(
     };
     let ctx = Context::new(ctx);
     match event {
-        b"rename_to" | b"restore" => engine::relocated(&ctx, &name),
+        b"rename_to" => engine::relocated(&ctx, &name, Arrival::Moved),
+        b"restore" => engine::relocated(&ctx, &name, Arrival::Restored),
         b"move_from" => keyspace::remember_source_db(selected_db(&ctx)),
         b"move_to" | b"copy_to" => {
-            engine::relocated(&ctx, &name);
+            let arrival = match event {
+                b"move_to" => Arrival::Moved,
+                _ => Arrival::New,
+            };
+            engine::relocated(&ctx, &name, arrival);
             keyspace::restore_source_db(&ctx);
         }
         b"evicted" => engine::evicted(selected_db(&ctx), name.as_slice()),
         _ => {}
     }
     raw::REDISMODULE_OK as c_int
+}
+
+/// Every command the server is about to run: the start of a script or transaction is noted,
+/// so that leases are judged inside it at the time it began.
+unsafe extern "C" fn on_command(filter: *mut raw::RedisModuleCommandFilterCtx) {
+    // SAFETY: Redis passes a live filter context; argument 0 is the command name, valid for
+    // the duration of the callback.
+    let name = unsafe { raw::RedisModule_CommandFilterArgGet.unwrap()(filter, 0) };
+    if name.is_null() {
+        return;
+    }
+    let name = RedisString::string_as_slice(name);
+    const UNITS: [&[u8]; 7] = [
+        b"exec",
+        b"eval",
+        b"evalsha",
+        b"eval_ro",
+        b"evalsha_ro",
+        b"fcall",
+        b"fcall_ro",
+    ];
+    if name.len() <= 10 && UNITS.iter().any(|u| u.eq_ignore_ascii_case(name)) {
+        crate::clock::unit_starts();
+    }
 }
 
 /// A waiter's reply is due: granted, null, or the error of a demoted master.

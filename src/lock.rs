@@ -12,13 +12,15 @@
 //! before `ttl` has passed, to the microsecond.
 
 use crate::clock::Now;
-use crate::fence::FenceIssuer;
+use crate::fence::{FenceError, FenceIssuer};
 
 #[derive(Debug, PartialEq, Eq)]
 pub struct Lock {
     /// The key's name, then the holder's token, inside the lock when they are short. The
     /// lock knows its key so that the lease-end sweep can get from a deadline to the key.
     names: Names,
+    /// The key's length, and in [`REPLICA_WRITE`] whether a client of this server (a
+    /// writable replica) made the current hold, as opposed to its master.
     key_len: u32,
     db: i32,
     /// Monotonic microseconds at which the lease ends.
@@ -46,6 +48,9 @@ pub struct Info<'a> {
     /// Remaining lease in milliseconds; -1 when not held.
     pub ttl: i64,
 }
+
+/// The flag bit of `key_len` (key names are at most 512 MB, far below 2^31 bytes).
+const REPLICA_WRITE: u32 = 1 << 31;
 
 fn micros(ms: u64) -> u64 {
     ms.saturating_mul(1000)
@@ -103,10 +108,10 @@ impl Lock {
         ttl: u64,
         now: Now,
         fences: &mut FenceIssuer,
-    ) -> (Lock, u64) {
-        let fence = fences.issue(0, now.wall());
+    ) -> Result<(Lock, u64), FenceError> {
+        let fence = fences.issue(0, now.wall())?;
         let lock = Lock::new(key, db, token, now.mono + micros(ttl), fence);
-        (lock, fence)
+        Ok((lock, fence))
     }
 
     /// A lock as persisted or replicated; `deadline` is already on the monotonic clock.
@@ -121,6 +126,7 @@ impl Lock {
 
     /// Replaces holder, deadline and fence with what a master propagated.
     pub fn overwrite(&mut self, token: &[u8], deadline: u64, fence: u64) {
+        self.set_replica_write(false);
         self.set_token(token);
         self.deadline = deadline;
         self.fence = fence;
@@ -136,13 +142,33 @@ impl Lock {
     pub fn relocate(&mut self, key: &[u8], db: i32) {
         if self.key() != key {
             self.names = joined(key, self.token());
-            self.key_len = key.len() as u32;
+            self.key_len = key.len() as u32 | (self.key_len & REPLICA_WRITE);
         }
         self.db = db;
     }
 
+    fn key_len(&self) -> usize {
+        (self.key_len & !REPLICA_WRITE) as usize
+    }
+
     pub fn key(&self) -> &[u8] {
-        &self.names[..self.key_len as usize]
+        &self.names[..self.key_len()]
+    }
+
+    /// True if the current hold was made by a client of this server while it was a
+    /// (writable) replica: such a lease is ended here, as a writable replica expires the keys
+    /// it wrote itself. Its master's locks end with the master's `DEL`.
+    pub fn is_replica_write(&self) -> bool {
+        self.key_len & REPLICA_WRITE != 0
+    }
+
+    /// Notes who made the current hold (see [`Lock::is_replica_write`]).
+    pub fn set_replica_write(&mut self, yes: bool) {
+        if yes {
+            self.key_len |= REPLICA_WRITE;
+        } else {
+            self.key_len &= !REPLICA_WRITE;
+        }
     }
 
     pub fn db(&self) -> i32 {
@@ -150,7 +176,7 @@ impl Lock {
     }
 
     pub fn token(&self) -> &[u8] {
-        &self.names[self.key_len as usize..]
+        &self.names[self.key_len()..]
     }
 
     pub fn deadline(&self) -> u64 {
@@ -177,25 +203,31 @@ impl Lock {
         ttl: u64,
         now: Now,
         fences: &mut FenceIssuer,
-    ) -> Acquire {
+    ) -> Result<Acquire, FenceError> {
         if self.is_held_by(token, now) {
             self.deadline = now.mono + micros(ttl);
-            return Acquire::Renewed(self.fence);
+            return Ok(Acquire::Renewed(self.fence));
         }
         if self.is_held(now) {
-            return Acquire::Busy;
+            return Ok(Acquire::Busy);
         }
-        Acquire::Granted(self.grant(token, ttl, now, fences))
+        Ok(Acquire::Granted(self.grant(token, ttl, now, fences)?))
     }
 
     /// Hands the free lock to `token` (a waiter at the head of the queue, or a newcomer)
-    /// under a new fence.
-    pub fn grant(&mut self, token: &[u8], ttl: u64, now: Now, fences: &mut FenceIssuer) -> u64 {
+    /// under a new fence. Without a fence (the issuer refused) nothing changes.
+    pub fn grant(
+        &mut self,
+        token: &[u8],
+        ttl: u64,
+        now: Now,
+        fences: &mut FenceIssuer,
+    ) -> Result<u64, FenceError> {
         debug_assert!(!self.is_held(now));
-        self.fence = fences.issue(self.fence, now.wall());
+        self.fence = fences.issue(self.fence, now.wall())?;
         self.set_token(token);
         self.deadline = now.mono + micros(ttl);
-        self.fence
+        Ok(self.fence)
     }
 
     /// `LOCK.RELEASE`: false if `token` does not hold the lock. Released, the lock is free
@@ -227,12 +259,17 @@ impl Lock {
     }
 
     /// A new fence for the holder, or `None` if `token` does not hold the lock.
-    pub fn new_fence(&mut self, token: &[u8], now: Now, fences: &mut FenceIssuer) -> Option<u64> {
+    pub fn new_fence(
+        &mut self,
+        token: &[u8],
+        now: Now,
+        fences: &mut FenceIssuer,
+    ) -> Result<Option<u64>, FenceError> {
         if !self.is_held_by(token, now) {
-            return None;
+            return Ok(None);
         }
-        self.fence = fences.issue(self.fence, now.wall());
-        Some(self.fence)
+        self.fence = fences.issue(self.fence, now.wall())?;
+        Ok(Some(self.fence))
     }
 
     pub fn info(&self, now: Now) -> Info<'_> {
@@ -276,16 +313,22 @@ mod tests {
     }
 
     fn fresh(token: &[u8], ttl: u64, now: Now, f: &mut FenceIssuer) -> (Lock, u64) {
-        Lock::acquired(b"key", 0, token, ttl, now, f)
+        Lock::acquired(b"key", 0, token, ttl, now, f).unwrap()
     }
 
     #[test]
     fn acquire_is_exclusive_until_the_lease_ends() {
         let mut f = FenceIssuer::default();
         let (mut lock, first) = fresh(b"a", 100, at(0), &mut f);
-        assert_eq!(lock.acquire(b"b", 100, at(50), &mut f), Acquire::Busy);
-        assert_eq!(lock.acquire(b"b", 100, at(99), &mut f), Acquire::Busy);
-        match lock.acquire(b"b", 100, at(100), &mut f) {
+        assert_eq!(
+            lock.acquire(b"b", 100, at(50), &mut f).unwrap(),
+            Acquire::Busy
+        );
+        assert_eq!(
+            lock.acquire(b"b", 100, at(99), &mut f).unwrap(),
+            Acquire::Busy
+        );
+        match lock.acquire(b"b", 100, at(100), &mut f).unwrap() {
             Acquire::Granted(second) => assert!(second > first),
             other => panic!("{other:?}"),
         }
@@ -297,7 +340,7 @@ mod tests {
         let mut f = FenceIssuer::default();
         let (mut lock, fence) = fresh(b"a", 100, at(0), &mut f);
         assert_eq!(
-            lock.acquire(b"a", 500, at(90), &mut f),
+            lock.acquire(b"a", 500, at(90), &mut f).unwrap(),
             Acquire::Renewed(fence)
         );
         assert_eq!(lock.info(at(90)).ttl, 500);
@@ -308,7 +351,7 @@ mod tests {
         let mut f = FenceIssuer::default();
         let (mut lock, fence) = fresh(b"a", 100, at(0), &mut f);
         assert!(
-            matches!(lock.acquire(b"a", 100, at(100), &mut f), Acquire::Granted(n) if n > fence)
+            matches!(lock.acquire(b"a", 100, at(100), &mut f).unwrap(), Acquire::Granted(n) if n > fence)
         );
     }
 
@@ -346,10 +389,10 @@ mod tests {
     fn fence_is_new_and_larger_for_the_holder_only() {
         let mut f = FenceIssuer::default();
         let (mut lock, first) = fresh(b"a", 100, at(0), &mut f);
-        let second = lock.new_fence(b"a", at(1), &mut f).unwrap();
+        let second = lock.new_fence(b"a", at(1), &mut f).unwrap().unwrap();
         assert!(second > first);
-        assert_eq!(lock.new_fence(b"b", at(2), &mut f), None);
-        assert_eq!(lock.new_fence(b"a", at(100), &mut f), None);
+        assert_eq!(lock.new_fence(b"b", at(2), &mut f).unwrap(), None);
+        assert_eq!(lock.new_fence(b"a", at(100), &mut f).unwrap(), None);
         assert_eq!(lock.fence(), second);
     }
 
@@ -383,7 +426,10 @@ mod tests {
             let (mut lock, fence) = fresh(b"a", 10, at(round * 20), &mut f);
             assert!(fence > seen);
             seen = fence;
-            let next = lock.new_fence(b"a", at(round * 20 + 1), &mut f).unwrap();
+            let next = lock
+                .new_fence(b"a", at(round * 20 + 1), &mut f)
+                .unwrap()
+                .unwrap();
             assert!(next > seen);
             seen = next;
         }
@@ -393,12 +439,12 @@ mod tests {
     fn a_withdrawn_grant_frees_the_lock_unless_it_moved_on() {
         let mut f = FenceIssuer::default();
         let (mut lock, _) = fresh(b"a", 10, at(0), &mut f);
-        let g1 = lock.grant(b"w1", 100, at(10), &mut f);
+        let g1 = lock.grant(b"w1", 100, at(10), &mut f).unwrap();
         assert!(!lock.withdraw(b"w1", g1 - 1, at(11)), "another fence");
         assert!(!lock.withdraw(b"w2", g1, at(11)), "another token");
         assert!(lock.withdraw(b"w1", g1, at(11)));
         assert!(!lock.is_held(at(11)));
-        let g2 = lock.grant(b"w2", 100, at(12), &mut f);
+        let g2 = lock.grant(b"w2", 100, at(12), &mut f).unwrap();
         assert!(g2 > g1);
         assert!(
             !lock.withdraw(b"w1", g1, at(13)),
@@ -419,7 +465,7 @@ mod tests {
     #[test]
     fn the_lock_knows_its_key_and_token_apart() {
         let mut f = FenceIssuer::default();
-        let (mut lock, _) = Lock::acquired(b"orders:1", 3, b"tok", 10, at(0), &mut f);
+        let (mut lock, _) = Lock::acquired(b"orders:1", 3, b"tok", 10, at(0), &mut f).unwrap();
         assert_eq!(
             (lock.key(), lock.token(), lock.db()),
             (&b"orders:1"[..], &b"tok"[..], 3)
@@ -429,8 +475,18 @@ mod tests {
             (lock.key(), lock.token(), lock.db()),
             (&b"o"[..], &b"tok"[..], 4)
         );
+        lock.set_replica_write(true);
+        lock.relocate(b"longer-name", 4);
+        assert!(lock.is_replica_write());
+        assert_eq!(
+            (lock.key(), lock.token()),
+            (&b"longer-name"[..], &b"tok"[..])
+        );
+        lock.overwrite(b"tok", lock.deadline(), lock.fence());
+        assert!(!lock.is_replica_write(), "a master's state is the master's");
+        lock.relocate(b"o", 4);
         assert!(matches!(
-            lock.acquire(b"longer-token", 10, at(20), &mut f),
+            lock.acquire(b"longer-token", 10, at(20), &mut f).unwrap(),
             Acquire::Granted(_)
         ));
         assert_eq!(
@@ -448,11 +504,11 @@ mod tests {
     fn short_names_live_inline_and_long_ones_on_the_heap() {
         let mut f = FenceIssuer::default();
         let uuid = b"3f0c9a2e-8d1b-4c4e-9a57-1d2b3c4d5e6f";
-        let (short, _) = Lock::acquired(b"orders:12345678", 0, uuid, 10, at(0), &mut f);
+        let (short, _) = Lock::acquired(b"orders:12345678", 0, uuid, 10, at(0), &mut f).unwrap();
         assert!(matches!(short.names, Names::Inline(..)));
         assert_eq!(std::mem::size_of::<Lock>(), 88);
         let long_token = [7u8; 256];
-        let (long, _) = Lock::acquired(b"k", 0, &long_token, 10, at(0), &mut f);
+        let (long, _) = Lock::acquired(b"k", 0, &long_token, 10, at(0), &mut f).unwrap();
         assert!(matches!(long.names, Names::Heap(_)));
         assert_eq!((long.key(), long.token()), (&b"k"[..], &long_token[..]));
         assert_eq!(long.heap_size(), 88 + 257);

@@ -1,9 +1,13 @@
 //! The lock data type as Redis stores it: RDB save and load, AOF rewrite, the fence
 //! high-water mark as RDB aux data, and the memory callbacks.
 //!
-//! A lock is saved as (token, deadline as Unix milliseconds, fence). The deadline is
-//! absolute, as Redis saves key expiries, so that a lease keeps running while the server is
-//! down and ends on time after a restart, replica sync, `RESTORE` or `MIGRATE`.
+//! A lock is saved as (token, deadline as Unix milliseconds, fence, the Unix millisecond it
+//! was saved at). Where the same dataset is loaded again (an RDB file, the AOF's preamble, a
+//! replica's full sync, `DEBUG RELOAD`) the deadline is absolute, as Redis loads key expiries,
+//! so that a lease keeps running while the server is down. Where one key moves to another
+//! server (`DUMP`/`RESTORE`, `MIGRATE`) the lease travels as the time it had left when saved,
+//! as core `MIGRATE` carries the PTTL, so that servers whose clocks differ neither end it early
+//! nor stretch it. Encoding version 1 (no save time) still loads, as absolute.
 
 use std::os::raw::{c_char, c_int, c_void};
 use std::ptr;
@@ -18,10 +22,11 @@ use crate::engine::{self, leases};
 use crate::fence;
 use crate::keyspace;
 use crate::lock::Lock;
+use crate::replication;
 use crate::stats;
 
 /// Bump when the saved layout changes; `rdb_load` refuses versions it does not know.
-pub const LOCK_ENCODING_VERSION: i32 = 1;
+pub const LOCK_ENCODING_VERSION: i32 = 2;
 
 pub static LOCK_TYPE: RedisType = RedisType::new(
     "redislock",
@@ -56,16 +61,17 @@ unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) 
     raw::save_slice(rdb, lock.token());
     raw::save_signed(rdb, now.to_wall(lock.deadline()));
     raw::save_unsigned(rdb, lock.fence());
+    raw::save_signed(rdb, now.wall());
 }
 
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
-    if encver != LOCK_ENCODING_VERSION {
+    if !(1..=LOCK_ENCODING_VERSION).contains(&encver) {
         log_warning(&format!(
-            "lock: cannot load encoding version {encver} (this module reads {LOCK_ENCODING_VERSION})"
+            "lock: cannot load encoding version {encver} (this module reads 1 to {LOCK_ENCODING_VERSION})"
         ));
         return ptr::null_mut();
     }
-    let Some(lock) = load_lock(rdb) else {
+    let Some(lock) = load_lock(rdb, encver) else {
         return ptr::null_mut();
     };
     engine::fences().observe(lock.fence());
@@ -77,12 +83,20 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
 
 /// Reads one lock; `None` for a short read or values no saved lock can have (a corrupt
 /// `RESTORE` payload with a valid checksum gets here).
-fn load_lock(rdb: *mut raw::RedisModuleIO) -> Option<Lock> {
+fn load_lock(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Lock> {
     let token = raw::load_string_buffer(rdb).ok()?;
-    let deadline = raw::load_signed(rdb).ok()?;
+    let mut deadline = raw::load_signed(rdb).ok()?;
     let fence = raw::load_unsigned(rdb).ok()?;
     let token = token.as_ref();
     let now = clock::now();
+    if encver >= 2 {
+        let saved_at = raw::load_signed(rdb).ok()?;
+        if !replication::is_loading() {
+            // One key from elsewhere: the time it had left, from now on this clock.
+            let left = deadline.checked_sub(saved_at)?;
+            deadline = now.wall().saturating_add(left);
+        }
+    }
     // A lease longer than any command could grant is corrupt data, like a fence with no
     // room above it.
     let longest = now.wall().saturating_add(config::MAX_TTL_LIMIT);
@@ -188,19 +202,25 @@ unsafe extern "C" fn copy2(
     Box::into_raw(copy).cast()
 }
 
+/// The fence high-water mark and when it was saved: a server that loads it again knows how
+/// far above it fences issued after the save can be (`FenceIssuer::reload`).
 unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
     raw::save_unsigned(rdb, engine::fences().high_water());
+    raw::save_signed(rdb, clock::now().wall());
 }
 
 unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
-    if encver != LOCK_ENCODING_VERSION {
-        return raw::REDISMODULE_ERR as c_int;
-    }
-    match raw::load_unsigned(rdb) {
-        Ok(high_water) => {
-            engine::fences().observe(high_water);
-            raw::REDISMODULE_OK as c_int
-        }
+    let loaded = match encver {
+        1 => raw::load_unsigned(rdb).map(|hw| engine::fences().observe(hw)),
+        2 => raw::load_unsigned(rdb).and_then(|hw| {
+            let saved_at = raw::load_signed(rdb)?;
+            engine::fences().reload(hw, saved_at, clock::now().wall());
+            Ok(())
+        }),
+        _ => return raw::REDISMODULE_ERR as c_int,
+    };
+    match loaded {
+        Ok(()) => raw::REDISMODULE_OK as c_int,
         Err(_) => raw::REDISMODULE_ERR as c_int,
     }
 }

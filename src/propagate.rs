@@ -95,6 +95,25 @@ impl Decimal {
     }
 }
 
+/// Propagates `LOCK.HIGHWATER fence saved_ms`.
+pub fn replicate_highwater(ctx: &Context, fence: u64, saved_ms: i64) {
+    let (mut f, mut t) = (Decimal::new(), Decimal::new());
+    let fence = f.format(fence, false);
+    let saved = t.format(saved_ms.unsigned_abs(), saved_ms < 0);
+    // SAFETY: the format "bb" matches the two pointer-and-length pairs; Redis copies them.
+    unsafe {
+        raw::RedisModule_Replicate.unwrap()(
+            ctx.ctx,
+            c"LOCK.HIGHWATER".as_ptr(),
+            c"bb".as_ptr(),
+            fence.as_ptr().cast::<c_char>(),
+            fence.len(),
+            saved.as_ptr().cast::<c_char>(),
+            saved.len(),
+        );
+    }
+}
+
 /// Propagates `DEL key`.
 pub fn replicate_del(ctx: &Context, key: &RedisString) {
     // SAFETY: the format "s" matches the one RedisModuleString argument.

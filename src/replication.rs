@@ -69,6 +69,17 @@ pub fn loading(started: bool) {
     }
 }
 
+/// True while this server is a replica.
+pub fn is_replica() -> bool {
+    REPLICA.load(Ordering::Relaxed)
+}
+
+/// True while the server loads a dataset (an RDB file, the AOF, a replica's full sync,
+/// `DEBUG RELOAD`), as opposed to a `RESTORE` of one key.
+pub fn is_loading() -> bool {
+    LOADING.load(Ordering::Relaxed)
+}
+
 /// False only where no command can come from a master or the AOF: a master not loading.
 /// Where it is true, the context flags say whether this one does.
 pub fn may_replay() -> bool {

@@ -93,5 +93,11 @@ impl Event {
 
 pub fn record(ctx: &Context, event: Event, key: &RedisString) {
     event.counter().bump();
+    announce(ctx, event, key);
+}
+
+/// Announces a change this server applied from its master or its AOF, without counting it:
+/// the counters are of what this server did.
+pub fn announce(ctx: &Context, event: Event, key: &RedisString) {
     crate::propagate::notify(ctx, event.name(), key);
 }

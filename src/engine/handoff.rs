@@ -9,7 +9,8 @@
 //! Lease ends, grants and taken-back grants are the module's own writes. They wait, as the
 //! server's own expiry does, while the server asks modules to avoid replica traffic:
 //! under `CLIENT PAUSE … WRITE` (or `ALL`), `FAILOVER` and a cluster manual failover. A
-//! replica never makes them: its master's effects arrive on the link.
+//! replica ends only the leases its own clients took (a writable replica, as core expires
+//! the keys written there); its master's end with the master's `DEL` on the link.
 
 use std::time::Duration;
 
@@ -21,7 +22,8 @@ use super::state::{fences, with, Engine, Withdrawal};
 use crate::blocked;
 use crate::clock::{self, Now};
 use crate::keyspace::{key_in_db, signal_modified, LockKey};
-use crate::propagate::{self, TokenArg};
+use crate::propagate;
+use crate::replication;
 use crate::stats::{self, Event};
 
 /// How many leases one sweep ends before it yields to the event loop.
@@ -29,6 +31,10 @@ const SWEEP_BATCH: usize = 1000;
 
 /// How often a sweep looks again while writes are paused.
 const PAUSED_RECHECK_US: u64 = 10_000;
+
+/// How often a replica looks again while its master's leases are due but not yet ended by
+/// the master's `DEL` (the cron's own period).
+const REPLICA_RECHECK_US: u64 = 100_000;
 
 impl Engine {
     /// The lock at `key` (indexed under `indexed`, unless the sweep took its entry out)
@@ -51,13 +57,25 @@ impl Engine {
             .waiters
             .head(db, name.as_slice())
             .map(|w| lock.grant(&w.token, w.ttl, now, &mut fences()));
-        if let Some(fence) = granted {
-            let state = Propagation::State(TokenArg::Bytes(lock.token()));
-            self.changed(ctx, name, lock, state, indexed, now, Event::Granted);
-            if let Some((handle, id)) = self.waiters.grant_head(db, name.as_slice(), fence) {
-                blocked::wake(handle, id);
+        match granted {
+            Some(Ok(fence)) => {
+                let state = Propagation::HolderState;
+                self.changed(ctx, name, lock, state, indexed, now, Event::Granted);
+                if let Some((handle, id)) = self.waiters.grant_head(db, name.as_slice(), fence) {
+                    blocked::wake(handle, id);
+                }
+                return;
             }
-            return;
+            Some(Err(_)) => {
+                // No fence left in this millisecond: the lock stays free, indexed as due, and
+                // the sweep grants the head in the next one. Nobody can take it meanwhile:
+                // a newcomer finds the queue first.
+                let at = leases::address(lock);
+                leases::update(at, indexed, Some(lock.deadline()));
+                self.arm(ctx, Some(now.mono + 1000), now);
+                return;
+            }
+            None => {}
         }
         let at = leases::address(lock);
         match indexed {
@@ -86,15 +104,12 @@ impl Engine {
     }
 
     /// Arms the timer to fire by `deadline` (monotonic), unless one is armed that fires no
-    /// later. On a replica nothing is armed: it never ends leases on its own.
+    /// later.
     pub(super) fn arm(&mut self, ctx: &Context, deadline: Option<u64>, now: Now) {
         let Some(deadline) = deadline else {
             return;
         };
         if matches!(self.timer, Some((at, _)) if at <= deadline) {
-            return;
-        }
-        if ctx.get_flags().contains(ContextFlags::SLAVE) && self.waiters.next_timeout().is_none() {
             return;
         }
         if let Some((_, id)) = self.timer.take() {
@@ -114,34 +129,58 @@ impl Engine {
             blocked::wake(handle, id);
             stats::WAIT_TIMEOUTS.bump();
         }
-        let replica = ctx
-            .get_flags()
-            .intersects(ContextFlags::SLAVE | ContextFlags::LOADING);
-        let paused = !replica && ctx.avoid_replication_traffic();
-        if !replica && !paused {
+        let flags = ctx.get_flags();
+        let (replica, loading) = (
+            flags.contains(ContextFlags::SLAVE),
+            flags.contains(ContextFlags::LOADING),
+        );
+        let paused = !replica && !loading && ctx.avoid_replication_traffic();
+        let mut masters_due = false;
+        if self.highwater_due && !replica && !loading && !paused {
+            // An AOF rewritten without its RDB preamble keeps no aux data: the next file
+            // starts with the mark, so that released keys' fences stay behind it.
+            self.highwater_due = false;
+            let hw = fences().high_water();
+            if hw > 0 && replication::stream_is_read() {
+                propagate::replicate_highwater(ctx, hw, now.wall());
+            }
+        }
+        if !loading && !paused {
             for w in std::mem::take(&mut self.withdrawals) {
                 self.withdraw(ctx, w, now);
             }
-            self.end_due_leases(ctx, now);
+            masters_due = self.end_due_leases(ctx, now, replica);
         }
         let mut next = [leases::earliest(), self.waiters.next_timeout()]
             .into_iter()
             .flatten()
             .min();
-        if paused && (next.is_some_and(|at| at <= now.mono) || !self.withdrawals.is_empty()) {
+        let waiting_writes = !self.withdrawals.is_empty() || self.highwater_due;
+        if paused && (next.is_some_and(|at| at <= now.mono) || waiting_writes) {
             next = Some(now.mono + PAUSED_RECHECK_US);
         }
-        if replica {
-            next = self.waiters.next_timeout();
+        if masters_due {
+            next = next.map(|at| at.max(now.mono + REPLICA_RECHECK_US));
+        }
+        if loading {
+            next = None; // the cron comes back once the load is done
         }
         self.arm(ctx, next, clock::now());
     }
 
-    fn end_due_leases(&mut self, ctx: &Context, now: Now) {
+    /// Ends the due leases (on a replica, only those its own clients took). True if a
+    /// replica left due leases to its master.
+    fn end_due_leases(&mut self, ctx: &Context, now: Now, replica: bool) -> bool {
+        let mut masters = Vec::new();
         for _ in 0..SWEEP_BATCH {
             let Some(due) = leases::pop_due(now.mono) else {
-                return;
+                leases::put_back(&masters);
+                return !masters.is_empty();
             };
+            if replica && !due.replica_write {
+                masters.push((due.deadline, due.lock));
+                continue;
+            }
             let Some(name) = key_in_db(ctx, due.db, &due.key) else {
                 continue;
             };
@@ -157,7 +196,9 @@ impl Engine {
             }
         }
         // More are due than one batch: the next turn of the event loop goes on.
+        leases::put_back(&masters);
         self.timer_soon(ctx);
+        !masters.is_empty()
     }
 
     /// Takes back a grant whose client left before it was told, and passes the lock on.
@@ -190,6 +231,20 @@ fn on_timer(ctx: &Context, _: ()) {
         e.timer = None;
         e.sweep(ctx);
     });
+}
+
+/// An AOF rewrite began: the high-water mark follows it into the new file.
+pub fn aof_rewrite_started(ctx: &Context) {
+    with(|e| {
+        e.highwater_due = true;
+        e.timer_soon(ctx);
+    });
+}
+
+/// `LOCK.HIGHWATER`: a mark saved at `saved_ms`, replayed from the AOF or the master.
+pub fn highwater(ctx: &Context, fence: u64, saved_ms: i64) {
+    fences().reload(fence, saved_ms, clock::now().wall());
+    ctx.replicate_verbatim();
 }
 
 /// The cron tick: the backstop for a timer that a wall-clock step delayed, and the arming

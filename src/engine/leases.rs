@@ -52,7 +52,10 @@ pub fn earliest() -> Option<u64> {
 
 /// A lock whose deadline came up: where to find it.
 pub struct Due {
+    pub deadline: u64,
     pub lock: usize,
+    /// Made by a client of this server while it is a replica (see `Lock::is_replica_write`).
+    pub replica_write: bool,
     pub db: i32,
     pub key: Vec<u8>,
 }
@@ -63,15 +66,26 @@ pub fn pop_due(now: u64) -> Option<Due> {
     if l.first()?.0 > now {
         return None;
     }
-    let (_, lock) = l.pop_first()?;
+    let (deadline, lock) = l.pop_first()?;
     // SAFETY: the index holds only live locks (the free callback removes an entry under this
     // mutex before the lock is freed), and the mutex is held while the name is copied out.
     let value = unsafe { &*(lock as *const Lock) };
     Some(Due {
+        deadline,
         lock,
+        replica_write: value.is_replica_write(),
         db: value.db(),
         key: value.key().to_vec(),
     })
+}
+
+/// Puts back entries the sweep took out but may not act on (a replica's locks that its
+/// master ends).
+pub fn put_back(entries: &[(u64, usize)]) {
+    let mut l = leases();
+    for &entry in entries {
+        l.insert(entry);
+    }
 }
 
 /// `SWAPDB a b` swapped the contents of two databases: every lock in one is in the other.

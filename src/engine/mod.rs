@@ -26,11 +26,11 @@ mod state;
 pub mod waiters;
 
 // The adapters' entry points.
-pub use handoff::on_cron;
+pub use handoff::{aof_rewrite_started, highwater, on_cron};
 pub use ops::{acquire, apply, extend, fence, is_replay, queued_at, release, Acquired};
 pub use server::{
     blocked_client_left, deliver, demoted, evicted, flushed, relocated, swapped,
-    unblocked_by_client, unlinked,
+    unblocked_by_client, unlinked, Arrival,
 };
 pub use state::{fences, waiting_clients};
 pub use waiters::Reply;

@@ -24,8 +24,10 @@ use crate::stats::{self, Event};
 /// How a change reaches replicas and the AOF.
 #[derive(Clone, Copy)]
 pub(super) enum Propagation<'a> {
-    /// `LOCK.APPLY key token deadline fence`: the state, with the holder's token.
+    /// `LOCK.APPLY key token deadline fence`: the state, with the token of the command.
     State(TokenArg<'a>),
+    /// The state, with the holder's token as the lock stores it (a grant).
+    HolderState,
     /// The client's command itself (see the module comment).
     Verbatim,
 }
@@ -93,7 +95,7 @@ impl Engine {
         self.settle(ctx, &mut key, db, name, now)?;
         let Some(lock) = key.lock()? else {
             let (lock, fence) =
-                Lock::acquired(name.as_slice(), db, a.token, a.ttl, now, &mut fences());
+                Lock::acquired(name.as_slice(), db, a.token, a.ttl, now, &mut fences())?;
             let lock = key.store(lock)?;
             stats::lock_created();
             let propagation = Propagation::of_command(token_arg);
@@ -101,7 +103,7 @@ impl Engine {
             return Ok(Acquired::Fence(fence));
         };
         let indexed = lock.deadline();
-        let (fence, event) = match lock.acquire(a.token, a.ttl, now, &mut fences()) {
+        let (fence, event) = match lock.acquire(a.token, a.ttl, now, &mut fences())? {
             Acquire::Granted(fence) => (fence, Event::Acquired),
             Acquire::Renewed(fence) => (fence, Event::Extended),
             Acquire::Busy => {
@@ -151,12 +153,14 @@ impl Engine {
         &mut self,
         ctx: &Context,
         name: &RedisString,
-        lock: &Lock,
+        lock: &mut Lock,
         propagation: Propagation,
         indexed: Option<u64>,
         now: Now,
         event: Event,
     ) {
+        // A client's change on a writable replica is this server's to end; on a master all are.
+        lock.set_replica_write(replication::is_replica());
         let deadline = lock.deadline();
         if indexed != Some(deadline) {
             let earliest = leases::update(leases::address(lock), indexed, Some(deadline));
@@ -165,6 +169,10 @@ impl Engine {
         match propagation {
             Propagation::State(token) => {
                 let wall = now.to_wall(deadline);
+                crate::propagate::replicate_state(ctx, name, token, wall, lock.fence());
+            }
+            Propagation::HolderState => {
+                let (wall, token) = (now.to_wall(deadline), TokenArg::Bytes(lock.token()));
                 crate::propagate::replicate_state(ctx, name, token, wall, lock.fence());
             }
             Propagation::Verbatim => ctx.replicate_verbatim(),
@@ -194,6 +202,7 @@ pub fn release(
             leases::remove_and_delete(at, indexed, || key.delete());
             ctx.replicate_verbatim();
             signal_modified(ctx, name);
+            stats::announce(ctx, Event::Released, name);
             return Ok(true);
         }
         e.settle(ctx, &mut key, db, name, now)?;
@@ -238,7 +247,7 @@ pub fn extend(
 ) -> Result<bool, LockError> {
     let token = token_arg.as_slice();
     let extended = by_holder(ctx, name, token_arg, now, Event::Extended, |lock| {
-        lock.extend(token, ttl, now).then_some(())
+        Ok(lock.extend(token, ttl, now).then_some(()))
     })?;
     Ok(extended.is_some())
 }
@@ -252,19 +261,19 @@ pub fn fence(
 ) -> Result<Option<u64>, LockError> {
     let token = token_arg.as_slice();
     by_holder(ctx, name, token_arg, now, Event::Fenced, |lock| {
-        lock.new_fence(token, now, &mut fences())
+        Ok(lock.new_fence(token, now, &mut fences())?)
     })
 }
 
 /// A change only the holder may make (`change` returns `None` when `token` does not hold
-/// the lock), propagated and announced as `event`.
+/// the lock, or an error and changes nothing), propagated and announced as `event`.
 fn by_holder<R>(
     ctx: &Context,
     name: &RedisString,
     token_arg: &RedisString,
     now: Now,
     event: Event,
-    change: impl FnOnce(&mut Lock) -> Option<R>,
+    change: impl FnOnce(&mut Lock) -> Result<Option<R>, LockError>,
 ) -> Result<Option<R>, LockError> {
     with(|e| {
         let db = selected_db(ctx);
@@ -274,7 +283,7 @@ fn by_holder<R>(
             return Ok(None);
         };
         let indexed = lock.deadline();
-        let Some(r) = change(lock) else {
+        let Some(r) = change(lock)? else {
             return Ok(None);
         };
         let propagation = Propagation::of_command(token_arg);
@@ -296,23 +305,24 @@ pub fn queued_at(db: i32, key: &[u8]) -> usize {
 pub fn apply(ctx: &Context, name: &RedisString, a: &ApplyArgs) -> Result<(), LockError> {
     let now = clock::now();
     if a.deadline_unix_ms > now.wall().saturating_add(config::MAX_TTL_LIMIT) {
-        return Err(LockError::BadApply("deadline"));
+        return Err(LockError::BadInternal("LOCK.APPLY", "deadline"));
     }
     let deadline = now.to_mono(a.deadline_unix_ms);
     with(|e| {
         let mut key = LockKey::open(ctx, name);
-        let indexed = match key.lock()? {
+        let (indexed, event) = match key.lock()? {
             Some(lock) => {
+                let event = applied_event(lock, a);
                 let indexed = lock.deadline();
                 lock.overwrite(a.token, deadline, a.fence);
-                Some(indexed)
+                (Some(indexed), event)
             }
             None => {
                 let db = selected_db(ctx);
                 let lock = Lock::restored(name.as_slice(), db, a.token, deadline, a.fence);
                 key.store(lock)?;
                 stats::lock_created();
-                None
+                (None, Event::Acquired)
             }
         };
         fences().observe(a.fence);
@@ -323,6 +333,20 @@ pub fn apply(ctx: &Context, name: &RedisString, a: &ApplyArgs) -> Result<(), Loc
         }
         ctx.replicate_verbatim();
         signal_modified(ctx, name);
+        stats::announce(ctx, event, name);
         Ok(())
     })
+}
+
+/// The change a master made, as its state tells it: a replica announces the same events
+/// as its master. (A new holder of a key that still exists can only be a grant: a master
+/// removes a lock whose lease ended before anyone acquires it afresh.)
+fn applied_event(lock: &Lock, a: &ApplyArgs) -> Event {
+    if lock.token() != a.token {
+        Event::Granted
+    } else if lock.fence() != a.fence {
+        Event::Fenced
+    } else {
+        Event::Extended
+    }
 }

@@ -14,7 +14,7 @@
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 
-use redis_module::{Context, RedisString};
+use redis_module::{Context, ContextFlags, RedisString};
 
 use super::leases;
 use super::state::{anyone_waits, try_with, with, Engine, Withdrawal, HAS_PENDING, PENDING};
@@ -22,6 +22,7 @@ use super::waiters::{Left, Reply, WaiterId};
 use crate::blocked::{self, Handle};
 use crate::keyspace::{selected_db, LockKey};
 use crate::lock::Lock;
+use crate::propagate::{self, TokenArg};
 use crate::stats;
 
 impl Engine {
@@ -39,14 +40,41 @@ fn wake_all(woken: Vec<(Handle, WaiterId)>) {
 
 /// `RENAME`, `MOVE`, `COPY` and `RESTORE` put a lock under a name or database it may not
 /// know yet; it keeps its own, for the lease-end sweep to find it by.
-pub fn relocated(ctx: &Context, name: &RedisString) {
+pub fn relocated(ctx: &Context, name: &RedisString, arrived: Arrival) {
     let mut key = LockKey::open_read(ctx, name);
-    if let Ok(Some(lock)) = key.lock() {
-        lock.relocate(name.as_slice(), selected_db(ctx));
-        // A copy or a restored lock was indexed where no timer could be armed.
-        let earliest = leases::earliest();
-        with(|e| e.arm(ctx, earliest, crate::clock::now()));
+    let Ok(Some(lock)) = key.lock() else {
+        return;
+    };
+    lock.relocate(name.as_slice(), selected_db(ctx));
+    let flags = ctx.get_flags();
+    let replica = flags.contains(ContextFlags::SLAVE);
+    let now = crate::clock::now();
+    if arrived != Arrival::Moved && replica && !flags.contains(ContextFlags::READONLY) {
+        // Restored or copied on a writable replica: its master knows nothing of it.
+        lock.set_replica_write(true);
     }
+    if arrived == Arrival::Restored && !replica && !flags.contains(ContextFlags::LOADING) {
+        // `RESTORE` replays with the dump's own notion of the lease (the time it had left
+        // when dumped); the state follows it, with this server's absolute deadline, as core
+        // rewrites a restored TTL to an absolute one.
+        let wall = now.to_wall(lock.deadline());
+        let token = TokenArg::Bytes(lock.token());
+        propagate::replicate_state(ctx, name, token, wall, lock.fence());
+    }
+    // A copy or a restored lock was indexed where no timer could be armed.
+    let earliest = leases::earliest();
+    with(|e| e.arm(ctx, earliest, now));
+}
+
+/// How a lock came to a name (see `relocated`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arrival {
+    /// Moved from another name or database (`RENAME`, `MOVE`).
+    Moved,
+    /// A new lock: `COPY`.
+    New,
+    /// A new lock from a dump: `RESTORE`, `MIGRATE`.
+    Restored,
 }
 
 /// `SWAPDB a b`: every lock in one database is in the other now, and every waiter of

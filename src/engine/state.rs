@@ -24,6 +24,9 @@ pub(super) struct Engine {
     /// The deadline and id of the armed timer, if one is armed.
     pub(super) timer: Option<(u64, raw::RedisModuleTimerID)>,
     pub(super) withdrawals: Vec<Withdrawal>,
+    /// An AOF rewrite began: the high-water mark is to be written after it (see
+    /// `handoff.rs`).
+    pub(super) highwater_due: bool,
 }
 
 static ENGINE: Mutex<Option<Engine>> = Mutex::new(None);
@@ -47,6 +50,7 @@ fn new_engine() -> Engine {
         waiters: Registry::default(),
         timer: None,
         withdrawals: Vec::new(),
+        highwater_due: false,
     }
 }
 
