@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing the module needs and is missing: redis-server and
 # redis-cli (the tests run a real server), libclang (bindgen, used by the redis-module crate
-# at build time) and a C compiler (the clock-step tests build an LD_PRELOAD library).
+# at build time), a C compiler (the clock-step tests build an LD_PRELOAD library), and
+# python3 with venv, node and npm (the client tests run redis-py and ioredis).
 # Installs through apt-get when it can; otherwise says what to install.
 #
 # Extra tools a target needs (make leak-check: valgrind) are named as arguments; each is a
@@ -16,6 +17,11 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 # The clock-step tests compile a small LD_PRELOAD library of their own.
 command -v cc >/dev/null 2>&1 || missing+=(gcc)
+# The client tests (tests/clients.rs) run redis-py in a venv and ioredis with npm.
+command -v python3 >/dev/null 2>&1 || missing+=(python3)
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 have_libclang=no
 for f in /usr/lib/llvm-*/lib/libclang.so /usr/lib/*/libclang.so /usr/lib/*/libclang-*.so; do
   [ -e "$f" ] && have_libclang=yes

@@ -118,18 +118,15 @@ unsafe extern "C" fn on_flush(
     engine::flushed((info.dbnum >= 0).then_some(info.dbnum));
 }
 
-/// An AOF rewrite began (in the background or not).
+/// An AOF file is being written in this process (at startup, when the AOF is created).
+/// A background rewrite announces itself in its child, so the fork stands for it.
 unsafe extern "C" fn on_persistence(
     ctx: *mut raw::RedisModuleCtx,
     _: raw::RedisModuleEvent,
     subevent: u64,
     _: *mut c_void,
 ) {
-    if matches!(
-        subevent,
-        raw::REDISMODULE_SUBEVENT_PERSISTENCE_AOF_START
-            | raw::REDISMODULE_SUBEVENT_PERSISTENCE_SYNC_AOF_START
-    ) {
+    if subevent == raw::REDISMODULE_SUBEVENT_PERSISTENCE_SYNC_AOF_START {
         engine::aof_rewrite_started(&Context::new(ctx));
     }
 }
@@ -147,15 +144,17 @@ unsafe extern "C" fn on_swapdb(
 }
 
 /// A child was forked: a replica's full synchronisation or an AOF rewrite may have begun.
-/// Redis fires this in the parent right after the fork, before it runs another command.
+/// Redis fires this in the parent right after the fork, before it runs another command, and
+/// after it opened the new AOF file a rewrite appends to.
 unsafe extern "C" fn on_fork(
-    _: *mut raw::RedisModuleCtx,
+    ctx: *mut raw::RedisModuleCtx,
     _: raw::RedisModuleEvent,
     subevent: u64,
     _: *mut c_void,
 ) {
     if subevent == raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN {
         replication::reader_may_have_appeared();
+        engine::aof_rewrite_started(&Context::new(ctx));
     }
 }
 

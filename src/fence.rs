@@ -7,39 +7,61 @@
 //! - the clock floor `unix_ms << COUNTER_BITS`.
 //!
 //! The floor keeps fences unique when the high-water mark is lost: after a crash and a
-//! restart from an older snapshot, every fence issued before the crash is below the floor of
-//! any later millisecond, and a restart takes longer than one. That holds by construction:
-//! the issuer hands out at most [`PER_MS`] fences in one millisecond of the wall clock and
-//! refuses more (a retryable error), so a fence issued while the high-water mark is below the
-//! floor never reaches the next millisecond's floor. One server thread issues about 1.5
-//! million fences a second at most (`LOCK.FENCE` pipelined); the limit is 2.048 million.
+//! restart from an older snapshot, every fence issued before the crash must be below the
+//! floor of the restart. That holds by construction. The issuer hands out fences from a
+//! bucket that holds [`BURST_MS`] milliseconds' worth ([`PER_MS`] each) and refills at
+//! [`PER_MS`] a millisecond of the wall clock, and refuses when it is empty (a retryable
+//! error); so a fence issued while the high-water mark tracks the floor is never more than
+//! [`BURST_MS`] milliseconds ahead of it. After a (re)start the issuer waits until its clock
+//! is [`BURST_MS`] + 1 milliseconds past the moment it loaded, so its first fence is above
+//! every fence issued before the crash, provided the clock did not go back across it. One
+//! server thread issues up to about 2 million fences a second in bursts (`LOCK.FENCE`
+//! pipelined on 8 connections); the bucket lets such bursts through and holds a sustained
+//! rate to 2.048 million a second.
 //!
-//! Fences above the floor (a key that came from a node whose clock is ahead) grow by at most
-//! [`PER_MS`] a millisecond too, so a snapshot's high-water mark plus [`PER_MS`] for every
-//! millisecond since it was saved is above anything issued after it ([`FenceIssuer::reload`]).
+//! Fences above the floor (a key that came from a node whose clock is ahead) grow no faster,
+//! so a snapshot's high-water mark plus a full bucket plus [`PER_MS`] for every millisecond
+//! since it was saved is above anything issued after it ([`FenceIssuer::reload`]).
 //!
 //! Eleven counter bits keep fences below 2^53, exact for clients that hold integers as
-//! doubles (JavaScript, Lua), until the year 2109; a fence that would not be is refused.
+//! doubles (JavaScript, Lua), until May 2109; a fence that would not be is refused.
 
 use std::fmt;
 
 pub const COUNTER_BITS: u32 = 11;
 
-/// The most fences issued in one millisecond of the wall clock.
+/// Fences a millisecond of the wall clock, sustained.
 pub const PER_MS: u64 = 1 << COUNTER_BITS;
+
+/// How many milliseconds' worth of fences a burst may take ahead of the clock.
+pub const BURST_MS: u64 = 8;
+
+const CAPACITY: u64 = PER_MS * BURST_MS;
+
+/// Fences within this distance of [`MAX_FENCE`] are not accepted in one key from another
+/// server (`RESTORE`): one such key would leave the whole server no fence to issue.
+const HEADROOM: u64 = 1 << 32;
 
 /// The largest fence: the largest integer a double holds exactly.
 pub const MAX_FENCE: u64 = (1 << 53) - 1;
 
-/// True for a fence this module could have issued.
+/// True for a fence this module could have issued (an RDB file, the AOF, the replication
+/// stream carry what it did issue).
 pub fn is_valid(fence: u64) -> bool {
     (1..=MAX_FENCE).contains(&fence)
+}
+
+/// True for a fence accepted in one key from another server (`RESTORE`, `MIGRATE`): valid,
+/// with room above it.
+pub fn is_valid_from_elsewhere(fence: u64) -> bool {
+    (1..=MAX_FENCE - HEADROOM).contains(&fence)
 }
 
 /// Why no fence was issued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FenceError {
-    /// [`PER_MS`] fences were issued in this millisecond already: retry in the next.
+    /// The bucket is empty (or the server started less than [`BURST_MS`] + 1 ms ago):
+    /// retry in the next millisecond.
     RateLimited,
     /// The next fence would not be exact as a double.
     Exhausted,
@@ -50,30 +72,39 @@ impl fmt::Display for FenceError {
         match self {
             FenceError::RateLimited => write!(
                 f,
-                "TRYAGAIN {PER_MS} fences were issued in this millisecond; retry"
+                "TRYAGAIN fences are issued at most {PER_MS} a millisecond; retry"
             ),
-            FenceError::Exhausted => f.write_str("ERR no fence left below 2^53 for this key"),
+            FenceError::Exhausted => f.write_str("ERR no fence left below 2^53"),
         }
     }
 }
 
-/// The server-wide high-water mark of fences, and the count issued in the current
-/// millisecond.
+/// The server-wide high-water mark of fences, and the bucket that paces them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FenceIssuer {
     high_water: u64,
-    /// The wall-clock millisecond the count is for.
-    ms: i64,
-    issued: u64,
+    tokens: u64,
+    /// The wall-clock millisecond the bucket was last refilled at.
+    refilled_ms: i64,
+    /// No fence before this wall-clock millisecond (see the module comment).
+    not_before_ms: i64,
 }
 
 impl FenceIssuer {
     pub const fn new() -> Self {
         FenceIssuer {
             high_water: 0,
-            ms: 0,
-            issued: 0,
+            tokens: 0,
+            refilled_ms: 0,
+            not_before_ms: 0,
         }
+    }
+
+    /// The server (or the module) started at Unix millisecond `now_ms`.
+    pub fn start(&mut self, now_ms: i64) {
+        self.not_before_ms = now_ms + BURST_MS as i64 + 1;
+        self.refilled_ms = self.not_before_ms;
+        self.tokens = CAPACITY;
     }
 
     pub fn high_water(&self) -> u64 {
@@ -83,11 +114,18 @@ impl FenceIssuer {
     /// Issues a fence for a key whose last fence was `last` (0 for a fresh key), at Unix
     /// millisecond `wall_ms`.
     pub fn issue(&mut self, last: u64, wall_ms: i64) -> Result<u64, FenceError> {
-        if wall_ms != self.ms {
-            self.ms = wall_ms;
-            self.issued = 0;
+        if wall_ms < self.not_before_ms {
+            return Err(FenceError::RateLimited);
         }
-        if self.issued >= PER_MS {
+        if wall_ms > self.refilled_ms {
+            let elapsed = (wall_ms - self.refilled_ms) as u64;
+            self.tokens = self
+                .tokens
+                .saturating_add(elapsed.saturating_mul(PER_MS))
+                .min(CAPACITY);
+            self.refilled_ms = wall_ms;
+        }
+        if self.tokens == 0 {
             return Err(FenceError::RateLimited);
         }
         let fence = (last + 1).max(self.high_water + 1).max(floor(wall_ms));
@@ -95,7 +133,7 @@ impl FenceIssuer {
             return Err(FenceError::Exhausted);
         }
         self.high_water = fence;
-        self.issued += 1;
+        self.tokens -= 1;
         Ok(fence)
     }
 
@@ -107,10 +145,12 @@ impl FenceIssuer {
 
     /// Takes note of a snapshot's high-water mark, saved at Unix millisecond `saved_ms` and
     /// loaded at `now_ms`: whatever this server issued after the save (and lost in a crash)
-    /// is at most [`PER_MS`] a millisecond above it.
+    /// is at most a full bucket plus [`PER_MS`] a millisecond above it.
     pub fn reload(&mut self, high_water: u64, saved_ms: i64, now_ms: i64) {
         let elapsed = (now_ms.saturating_sub(saved_ms).max(0) as u64).saturating_add(1);
-        let bound = high_water.saturating_add(elapsed.saturating_mul(PER_MS));
+        let bound = high_water
+            .saturating_add(CAPACITY)
+            .saturating_add(elapsed.saturating_mul(PER_MS));
         self.observe(bound.min(MAX_FENCE));
     }
 }
@@ -151,25 +191,44 @@ mod tests {
     }
 
     #[test]
-    fn no_more_than_per_ms_fences_in_one_millisecond() {
+    fn a_burst_takes_at_most_burst_ms_of_fences_ahead_then_the_sustained_rate() {
         let mut f = FenceIssuer::default();
         let mut last = 0;
-        for _ in 0..PER_MS {
-            last = f.issue(last, T).unwrap();
+        let mut n = 0;
+        while let Ok(fence) = f.issue(last, T) {
+            last = fence;
+            n += 1;
         }
+        assert_eq!(n, CAPACITY);
         assert_eq!(
             last,
-            floor(T + 1) - 1,
-            "the whole millisecond, not one more"
+            floor(T + BURST_MS as i64) - 1,
+            "never more ahead of the clock"
         );
-        assert_eq!(f.issue(last, T), Err(FenceError::RateLimited));
         assert_eq!(f.issue(0, T), Err(FenceError::RateLimited));
-        assert_eq!(f.issue(last, T + 1), Ok(floor(T + 1)));
+        for _ in 0..PER_MS {
+            last = f.issue(last, T + 1).unwrap();
+        }
+        assert_eq!(f.issue(last, T + 1), Err(FenceError::RateLimited));
+    }
+
+    #[test]
+    fn no_fence_until_the_burst_window_after_a_start_has_passed() {
+        let mut f = FenceIssuer::default();
+        f.start(T);
+        for ms in T..=T + BURST_MS as i64 {
+            assert_eq!(f.issue(0, ms), Err(FenceError::RateLimited), "{}", ms - T);
+        }
+        assert_eq!(
+            f.issue(0, T + BURST_MS as i64 + 1),
+            Ok(floor(T + BURST_MS as i64 + 1))
+        );
     }
 
     #[test]
     fn a_burst_lost_in_a_crash_is_below_every_fence_after_the_restart() {
-        // As many fences as the issuer allows, over several milliseconds.
+        // As many fences as the issuer allows, over several milliseconds; the crash comes
+        // in millisecond T + 4.
         let mut before_crash = FenceIssuer::default();
         let mut last = 0;
         for ms in 0..5 {
@@ -177,9 +236,13 @@ mod tests {
                 last = f;
             }
         }
-        // Restart from a snapshot that knew none of them, in a later millisecond.
+        // Restart from a snapshot that knew none of them, loaded in a later millisecond.
         let mut after = FenceIssuer::default();
-        assert!(after.issue(0, T + 5).unwrap() > last);
+        after.start(T + 5);
+        let first = (T + 5..T + 100)
+            .find_map(|ms| after.issue(0, ms).ok())
+            .unwrap();
+        assert!(first > last, "{first} after {last}");
     }
 
     #[test]
@@ -205,17 +268,21 @@ mod tests {
         let mut f = FenceIssuer::default();
         assert_eq!(f.issue(MAX_FENCE - 1, T), Ok(MAX_FENCE));
         assert_eq!(f.issue(MAX_FENCE, T), Err(FenceError::Exhausted));
+        assert_eq!(f.issue(0, T), Err(FenceError::Exhausted), "server-wide");
         let mut g = FenceIssuer::default();
         g.reload(MAX_FENCE - 5, T - 1000, T);
         assert_eq!(g.high_water(), MAX_FENCE);
     }
 
     #[test]
-    fn only_fences_exact_as_doubles_are_valid() {
+    fn only_fences_exact_as_doubles_with_room_above_are_valid() {
         assert!(!is_valid(0));
         assert!(is_valid(1));
         assert!(is_valid(MAX_FENCE));
         assert!(!is_valid(MAX_FENCE + 1));
+        assert!(is_valid_from_elsewhere(MAX_FENCE - HEADROOM));
+        assert!(!is_valid_from_elsewhere(MAX_FENCE - HEADROOM + 1), "no room above it");
+        assert!(!is_valid_from_elsewhere(0));
         assert!(!is_valid(i64::MAX as u64));
     }
 

@@ -55,6 +55,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         ModuleOptions::HANDLE_IO_ERRORS | ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED,
     );
     replication::init(ctx);
+    engine::fences().start(clock::now().wall());
     keyspace::set_lock_type(*LOCK_TYPE.raw_type.borrow());
     if let Err(e) = events::subscribe(ctx) {
         ctx.log_warning(e);

@@ -58,10 +58,14 @@ unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) 
     // SAFETY: Redis hands back a value this module created with `Box<Lock>`.
     let lock = unsafe { &*value.cast::<Lock>() };
     let now = clock::now();
+    // The lease left, rounded up to the millisecond, from the millisecond of the save: never
+    // shorter than it is, at most 1 ms longer, whether read as absolute or as time left.
+    let saved_at = now.wall();
+    let left_us = lock.deadline() as i64 - now.mono as i64 + now.wall_us.rem_euclid(1000);
     raw::save_slice(rdb, lock.token());
-    raw::save_signed(rdb, now.to_wall(lock.deadline()));
+    raw::save_signed(rdb, saved_at + (left_us + 999).div_euclid(1000));
     raw::save_unsigned(rdb, lock.fence());
-    raw::save_signed(rdb, now.wall());
+    raw::save_signed(rdb, saved_at);
 }
 
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
@@ -89,22 +93,25 @@ fn load_lock(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Lock> {
     let fence = raw::load_unsigned(rdb).ok()?;
     let token = token.as_ref();
     let now = clock::now();
+    // A whole dataset (RDB, AOF preamble, full sync) holds what this module issued; one key
+    // from elsewhere (RESTORE) must leave room for fences above it.
+    let whole_dataset = replication::is_loading();
     if encver >= 2 {
         let saved_at = raw::load_signed(rdb).ok()?;
-        if !replication::is_loading() {
+        if !whole_dataset {
             // One key from elsewhere: the time it had left, from now on this clock.
             let left = deadline.checked_sub(saved_at)?;
             deadline = now.wall().saturating_add(left);
         }
     }
-    // A lease longer than any command could grant is corrupt data, like a fence with no
-    // room above it.
+    let fence_ok = if whole_dataset {
+        fence::is_valid(fence)
+    } else {
+        fence::is_valid_from_elsewhere(fence)
+    };
+    // A lease longer than any command could grant is corrupt data.
     let longest = now.wall().saturating_add(config::MAX_TTL_LIMIT);
-    if token.is_empty()
-        || token.len() > MAX_TOKEN_LEN
-        || !fence::is_valid(fence)
-        || deadline > longest
-    {
+    if token.is_empty() || token.len() > MAX_TOKEN_LEN || !fence_ok || deadline > longest {
         return None;
     }
     let deadline = now.to_mono(deadline);

@@ -773,8 +773,14 @@ fn config_max_ttl_load_time_argument() {
 
 // ---------------------------------------------------------------- server integration
 
+/// `LOCK.APPLY` is what a replica or an AOF load replays; from a client it is refused by its
+/// origin alone. Every vector sent here is well formed (a token, a deadline a minute ahead,
+/// a valid fence above the lock's), so that `LOCK.APPLY` replayed from the master link would
+/// create or overwrite the lock: only the origin check stands between it and the lock.
 #[test]
 fn lock_apply_is_refused_from_a_normal_client() {
+    const REFUSED: &str =
+        "ERR LOCK.APPLY is internal: only the master link and the AOF may send it";
     let s = Server::new();
     let mut c = s.conn();
     let now_ms = std::time::SystemTime::now()
@@ -783,22 +789,67 @@ fn lock_apply_is_refused_from_a_normal_client() {
         .as_millis() as i64;
     let deadline = now_ms + 60_000;
     let r = cmd!(&mut c, "LOCK.APPLY", "free", "t", deadline, 12_345);
-    assert_err_starts(&r, "ERR");
+    assert_eq!(r, Err(REFUSED.to_string()), "LOCK.APPLY on a free key");
     assert!(
         !exists(&mut c, "free"),
         "LOCK.APPLY from a client created a key"
     );
-    acquire(&mut c, "held", "owner", 60_000).unwrap();
+
+    // A held lock: an accepted APPLY would hand it to "intruder" with a new fence and lease.
+    acquire(&mut c, "held", "owner", 30_000).unwrap();
     let before = info(&mut c, "held");
+    let fence = before.as_ref().unwrap().fence;
     let t0 = Instant::now();
-    let r = cmd!(&mut c, "LOCK.APPLY", "held", "intruder", deadline, i64::MAX);
-    assert_err_starts(&r, "ERR");
+    let r = cmd!(
+        &mut c,
+        "LOCK.APPLY",
+        "held",
+        "intruder",
+        deadline,
+        fence + 1
+    );
+    assert_eq!(r, Err(REFUSED.to_string()), "LOCK.APPLY on a held key");
+    let after = info(&mut c, "held");
+    assert_eq!(
+        after.as_ref().and_then(|i| i.holder.as_deref()),
+        Some(&b"owner"[..]),
+        "the refused APPLY changed the holder: {after:?}"
+    );
+    assert_same_lock(&before, &after, t0.elapsed(), 100);
+    assert!(
+        after.as_ref().unwrap().ttl <= 30_000,
+        "the refused APPLY's 60 s deadline was taken: {after:?}"
+    );
+
+    // Not from MULTI either: EXEC runs it, and it is refused there alike (read as raw
+    // bytes: the client library turns an error inside EXEC into an error for all of it).
+    let mut raw = s.raw();
+    assert_eq!(raw.call(&[b"MULTI"]), b"+OK\r\n");
+    let (deadline, next) = (deadline.to_string(), (fence + 2).to_string());
+    let queued = raw.call(&[
+        b"LOCK.APPLY",
+        b"held",
+        b"intruder",
+        deadline.as_bytes(),
+        next.as_bytes(),
+    ]);
+    assert_eq!(queued, b"+QUEUED\r\n");
+    assert_eq!(raw.call(&[b"LOCK.INFO", b"held"]), b"+QUEUED\r\n");
+    let exec = String::from_utf8_lossy(&raw.call(&[b"EXEC"])).into_owned();
+    let refused = format!("*2\r\n-{REFUSED}\r\n");
+    assert!(
+        exec.starts_with(&refused),
+        "EXEC must refuse LOCK.APPLY: {exec:?}"
+    );
+    // Within the transaction too, the lock was still the owner's, under its fence.
+    let inside = &exec[refused.len()..];
+    assert!(
+        inside.starts_with("*8\r\n$6\r\nholder\r\n$5\r\nowner\r\n$5\r\nfence\r\n")
+            && inside.contains(&format!(":{fence}\r\n")),
+        "LOCK.INFO inside EXEC: {inside:?}"
+    );
     assert_same_lock(&before, &info(&mut c, "held"), t0.elapsed(), 100);
-    // Not from MULTI either.
-    assert_eq!(cmd!(&mut c, "MULTI"), Ok(Value::Okay));
-    let _ = cmd!(&mut c, "LOCK.APPLY", "held", "intruder", deadline, i64::MAX);
-    let _ = cmd!(&mut c, "EXEC");
-    assert_same_lock(&before, &info(&mut c, "held"), t0.elapsed(), 100);
+    assert_eq!(release(&mut c, "held", "owner"), 1, "owner still holds it");
 }
 
 #[test]

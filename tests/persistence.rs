@@ -311,25 +311,37 @@ fn restore_of_an_older_dump_does_not_reissue_fences() {
     );
 }
 
+/// `RESTORE` gives a lock the time it had left when it was dumped (encoding version 2), as
+/// `MIGRATE` carries a key's remaining TTL: an old dump of a lease with 300 ms left holds the
+/// key again for at most those 300 ms, then the lease ends on its own and the fences go on
+/// above it. (Before version 2 the dumped deadline was absolute, and a dump whose lease had
+/// since ended restored as ended.)
 #[test]
-fn restore_of_an_ended_lease_leaves_the_key_free() {
+fn restore_of_an_old_dump_holds_only_the_time_it_had_left() {
     let s = Server::new();
     let mut c = s.conn();
     let f = acquire(&mut c, "k", "tok", 300).unwrap();
     let payload = dump(&mut c, "k");
     assert!(wait_until(Duration::from_secs(3), || !exists(&mut c, "k")));
+    let t0 = Instant::now();
     let r = cmd!(&mut c, "RESTORE", "k", 0, payload.as_slice());
     assert_eq!(r, Ok(Value::Okay));
     if let Some(i) = info(&mut c, "k") {
-        assert_ne!(
-            i.holder.as_deref(),
-            Some(&b"tok"[..]),
-            "ended lease restored as held"
+        assert_eq!(i.holder.as_deref(), Some(&b"tok"[..]));
+        assert!(
+            i.ttl <= 302,
+            "restored with {} ms, dumped with 300 at most",
+            i.ttl
         );
     }
     assert!(
         wait_until(Duration::from_secs(3), || !exists(&mut c, "k")),
-        "restored lock whose lease had ended is never removed"
+        "restored lock is never removed"
+    );
+    let took = t0.elapsed();
+    assert!(
+        took < Duration::from_millis(1_300),
+        "a restored lease with 300 ms left ended after {took:?}"
     );
     let n = acquire(&mut c, "k", "other", 1_000).expect("key must be free");
     assert!(n > f);

@@ -5,11 +5,42 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{info, wait_until, Opts, Server, Waiter};
+use common::{info, wait_until, Opts, Reply, Server, Waiter};
 use redis::Value;
+
+/// "At once": the reply the server sends in the turn of the change that causes it (a
+/// release, a deletion, a grant passed on) arrives within this.
+const AT_ONCE: Duration = Duration::from_millis(300);
+/// A reply due at a deadline (a lease end, a `WAIT` timeout) arrives within this after it.
+const LATE: Duration = Duration::from_millis(250);
 
 fn acquire(con: &mut redis::Connection, key: &str, token: &str, ttl: u64) -> Option<i64> {
     common::acquire(con, key, token, ttl)
+}
+
+/// The waiter's reply, which must have arrived by `deadline` (what the test promises), so that
+/// a missing reply fails here, saying so, rather than after a long socket timeout:
+/// `Some(fence)` or `None` for null.
+#[track_caller]
+fn reply_by(w: &mut Waiter, deadline: Instant, what: &str) -> Option<i64> {
+    match w.reply_by(deadline) {
+        Some(Reply::Fence(f)) => Some(f),
+        Some(Reply::Null) => None,
+        Some(other) => panic!("{what}: waiter {} was answered {other:?}", w.token),
+        None => panic!(
+            "{what}: waiter {} had no reply by its deadline, {:?} after its LOCK.ACQUIRE \
+             (connection closed: {})",
+            w.token,
+            deadline.saturating_duration_since(w.sent),
+            w.is_closed()
+        ),
+    }
+}
+
+/// The waiter's reply to a change made just now: within [`AT_ONCE`].
+#[track_caller]
+fn reply_at_once(w: &mut Waiter, what: &str) -> Option<i64> {
+    reply_by(w, Instant::now() + AT_ONCE, what)
 }
 
 #[test]
@@ -26,7 +57,7 @@ fn waiters_are_granted_in_fifo_order_on_release() {
     let mut holder = "holder".to_string();
     for w in waiters.iter_mut() {
         assert_eq!(common::release(&mut con, "k", &holder), 1);
-        let fence = w.reply().expect("granted");
+        let fence = reply_at_once(w, "release").expect("granted");
         assert!(fence > last, "fences must increase in grant order");
         last = fence;
         let now = info(&mut con, "k").unwrap();
@@ -48,12 +79,9 @@ fn the_head_is_granted_when_the_lease_ends() {
     acquire(&mut con, "k", "holder", 300).unwrap();
     let deadline = Instant::now() + Duration::from_millis(300);
     let mut w = Waiter::join(&server, "k", "next", 10_000, 0);
-    let fence = w.reply().expect("granted at lease end");
+    let fence = reply_by(&mut w, deadline + LATE, "lease end").expect("granted at lease end");
     let late = Instant::now().saturating_duration_since(deadline);
-    assert!(
-        late < Duration::from_millis(250),
-        "granted {late:?} after the lease ended"
-    );
+    assert!(late < LATE, "granted {late:?} after the lease ended");
     assert!(
         Instant::now() + Duration::from_millis(30) >= deadline,
         "granted early"
@@ -88,12 +116,16 @@ fn deleting_the_key_answers_its_waiters_at_once() {
             c.arg(*arg);
         }
         c.query::<Value>(&mut con).unwrap();
-        assert_eq!(a.reply(), None, "{how:?}: the head must get null");
-        assert_eq!(b.reply(), None, "{how:?}: every waiter must get null");
-        assert!(
-            deleted.elapsed() < Duration::from_secs(2),
-            "{how:?}: answered after {:?}",
-            deleted.elapsed()
+        let what = format!("{how:?}");
+        assert_eq!(
+            reply_by(&mut a, deleted + AT_ONCE, &what),
+            None,
+            "{how:?}: the head must get null"
+        );
+        assert_eq!(
+            reply_by(&mut b, deleted + AT_ONCE, &what),
+            None,
+            "{how:?}: every waiter must get null"
         );
         assert_eq!(
             common::info_field(&mut con, "lock", "lock_waiting_clients").as_deref(),
@@ -117,11 +149,12 @@ fn a_wait_times_out_with_null_on_time() {
     let mut con = server.conn();
     acquire(&mut con, "k", "holder", 60_000).unwrap();
     let mut w = Waiter::join(&server, "k", "w", 1000, 400);
-    assert_eq!(w.reply(), None);
+    let due = w.sent + Duration::from_millis(400);
+    assert_eq!(reply_by(&mut w, due + LATE, "WAIT 400"), None);
     let waited = w.sent.elapsed();
     assert!(
-        waited >= Duration::from_millis(380) && waited < Duration::from_millis(1500),
-        "timed out after {waited:?}"
+        waited >= Duration::from_millis(380),
+        "timed out early, after {waited:?}"
     );
     let now = info(&mut con, "k").unwrap();
     assert_eq!(now.waiters, 0, "a timed-out waiter leaves the queue");
@@ -141,7 +174,7 @@ fn a_disconnected_waiter_leaves_the_queue_and_the_next_is_served() {
         .waiters
         == 1));
     assert_eq!(common::release(&mut con, "k", "holder"), 1);
-    assert!(next.reply().is_some());
+    assert!(reply_at_once(&mut next, "release").is_some());
     assert_eq!(
         info(&mut con, "k").unwrap().holder.as_deref(),
         Some(&b"next"[..])
@@ -173,7 +206,7 @@ fn an_undelivered_grant_is_passed_to_the_next_waiter() {
         matches!(reply, Value::Array(ref v) if v.len() == 2),
         "{reply:?}"
     );
-    let fence = next.reply().expect("the grant passed on");
+    let fence = reply_at_once(&mut next, "release + CLIENT KILL").expect("the grant passed on");
     assert!(fence > first);
     let now = info(&mut con, "k").unwrap();
     assert_eq!(now.holder.as_deref(), Some(&b"next"[..]));
@@ -201,7 +234,7 @@ fn no_barging_while_clients_wait() {
         .unwrap();
     assert_eq!(released, 1);
     assert_eq!(newcomer, None, "a newcomer got in ahead of a waiter");
-    assert!(w.reply().is_some());
+    assert!(reply_at_once(&mut w, "release").is_some());
 }
 
 #[test]
@@ -251,7 +284,7 @@ fn a_replica_sees_each_grant_with_the_same_fence_and_deadline() {
     acquire(&mut m, "k", "holder", 60_000).unwrap();
     let mut w = Waiter::join(&master, "k", "w", 30_000, 0);
     assert_eq!(common::release(&mut m, "k", "holder"), 1);
-    let fence = w.reply().unwrap();
+    let fence = reply_at_once(&mut w, "release").expect("granted");
     assert!(wait_until(Duration::from_secs(5), || {
         info(&mut r, "k").is_some_and(|i| i.fence == fence)
     }));
@@ -285,7 +318,7 @@ fn a_thousand_waiters_are_each_served_once_in_order() {
             1,
             "release before w{i}"
         );
-        let fence = w.reply().unwrap_or_else(|| panic!("w{i} not granted"));
+        let fence = reply_at_once(w, "release").unwrap_or_else(|| panic!("w{i} not granted"));
         assert!(fence > last);
         last = fence;
         holder = w.token.clone();

@@ -233,7 +233,8 @@ fn on_timer(ctx: &Context, _: ()) {
     });
 }
 
-/// An AOF rewrite began: the high-water mark follows it into the new file.
+/// An AOF rewrite may have begun (a fork, or the AOF created at startup): the high-water
+/// mark follows it into the new file.
 pub fn aof_rewrite_started(ctx: &Context) {
     with(|e| {
         e.highwater_due = true;

@@ -306,6 +306,12 @@ impl<H: Copy + Eq + Hash> Registry<H> {
     fn forget(&mut self, id: WaiterId) -> Option<Waiter<H>> {
         let w = self.waiters.remove(&id)?;
         self.by_handle.remove(&w.handle);
+        // A burst of waiters must not keep its tables for good.
+        if self.waiters.capacity() > 64 && self.waiters.len() * 4 < self.waiters.capacity() {
+            self.waiters.shrink_to(self.waiters.len() * 2);
+            self.by_handle.shrink_to(self.by_handle.len() * 2);
+            self.queues.shrink_to(self.queues.len() * 2);
+        }
         if let Some(at) = w.timeout_at {
             self.timeouts.remove(&(at, id));
         }
@@ -410,6 +416,19 @@ mod tests {
         assert_eq!(r.pop_timed_out(u64::MAX), None);
         assert_eq!(r.queued_at(0, b"k"), 1);
         assert_eq!(r.grant_head(0, b"k", 5), Some((3, never)));
+    }
+
+    #[test]
+    fn a_burst_of_waiters_gives_its_tables_back() {
+        let mut r = registry();
+        let ids: Vec<_> = (0..10_000).map(|h| queue(&mut r, h, b"k", None)).collect();
+        let full = r.waiters.capacity();
+        for id in ids {
+            r.leave(id);
+        }
+        assert!(r.is_empty());
+        assert!(r.waiters.capacity() * 16 < full, "{} of {full}", r.waiters.capacity());
+        assert!(r.by_handle.capacity() <= 128, "{}", r.by_handle.capacity());
     }
 
     #[test]

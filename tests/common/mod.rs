@@ -66,17 +66,35 @@ pub fn module_path() -> PathBuf {
 static PORT_COUNTER: AtomicU16 = AtomicU16::new(0);
 static DIR_COUNTER: AtomicU32 = AtomicU32::new(0);
 
-/// A free loopback port from this process's range of 100 ports.
+/// A server in cluster mode also listens on its port + 10000 (the cluster bus).
+const CLUSTER_BUS_OFFSET: u16 = 10_000;
+/// Ports handed out: 200 ranges of 100 from here, one range per test process (by pid).
+const FIRST_PORT: u16 = 20_000;
+const LAST_PORT: u16 = FIRST_PORT + 200 * 100 - 1;
+// Every port's cluster bus port must be a valid port too (the sum overflowing u16 would not
+// compile).
+const _: () = assert!(LAST_PORT < 55_535 && LAST_PORT + CLUSTER_BUS_OFFSET > LAST_PORT);
+
+fn port_is_free(port: u16) -> bool {
+    TcpListener::bind(("127.0.0.1", port)).is_ok()
+}
+
+/// A free loopback port from this process's range of 100 ports, whose cluster bus port
+/// (+10000) is free too: any server may be started in cluster mode, and a bus port taken by
+/// another process (an ephemeral port of some connection, say) would fail its start.
 fn next_port() -> u16 {
-    let base = 20000 + (std::process::id() % 200) as u16 * 100;
+    let base = FIRST_PORT + (std::process::id() % 200) as u16 * 100;
     for _ in 0..1000 {
         let n = PORT_COUNTER.fetch_add(1, Ordering::SeqCst) % 100;
         let port = base + n;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        if port_is_free(port) && port_is_free(port + CLUSTER_BUS_OFFSET) {
             return port;
         }
     }
-    panic!("no free port in {base}..{}", base + 100);
+    panic!(
+        "no free port in {base}..{} with its cluster bus port (+{CLUSTER_BUS_OFFSET}) free",
+        base + 100
+    );
 }
 
 fn fresh_dir(port: u16) -> PathBuf {
