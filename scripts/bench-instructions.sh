@@ -61,8 +61,13 @@ sys.stdout.write("".join(out))
 PY
 }
 
+# Instructions per cycle of workload `$1`; `$2` = without to run the server without the
+# module (what the module costs the server's other commands: its keyspace-event callback and,
+# on Redis 7.0, its command filter).
 count() {
     local kind=$1 dir port pid total
+    local load=(--loadmodule "$MODULE")
+    [ "${2:-}" = without ] && load=()
     dir=$(mktemp -d)
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     local aof=(--appendonly no)
@@ -70,7 +75,7 @@ count() {
     workload "$kind" "$CYCLES" >"$dir/work.resp"
     valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$dir/callgrind.out" \
         redis-server --port "$port" --bind 127.0.0.1 --save "" "${aof[@]}" --dir "$dir" \
-        --loadmodule "$MODULE" >/dev/null 2>"$dir/valgrind.log" &
+        "${load[@]}" >/dev/null 2>"$dir/valgrind.log" &
     pid=$!
     for _ in $(seq 150); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.2; done
     if [ "$HELD" -gt 0 ]; then
@@ -89,7 +94,10 @@ count() {
 
 lock=$(count lock)
 floor=$(count floor)
+bare=$(count floor without)
 echo "server instructions per cycle (callgrind, $CYCLES cycles in batches of 16, held=$HELD, aof=${AOF:-0}):"
 echo "  LOCK.ACQUIRE + LOCK.RELEASE  $lock"
 echo "  SET PX + DEL (floor)         $floor"
+echo "  SET PX + DEL, module not loaded $bare"
 python3 -c "print(f'  module vs floor: {$floor / $lock:.3f}x (floor instructions / module instructions)')"
+python3 -c "print(f'  the loaded module costs SET PX + DEL {($floor - $bare) / $bare * 100:+.1f}% instructions')"

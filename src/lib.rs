@@ -55,7 +55,10 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         ModuleOptions::HANDLE_IO_ERRORS | ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED,
     );
     replication::init(ctx);
+    // No fence for a burst's length after a (re)start (see fence.rs): spent here, once, so
+    // that no client ever meets it.
     engine::fences().start(clock::now().wall());
+    std::thread::sleep(std::time::Duration::from_millis(fence::BURST_MS + 1));
     keyspace::set_lock_type(*LOCK_TYPE.raw_type.borrow());
     if let Err(e) = events::subscribe(ctx) {
         ctx.log_warning(e);
