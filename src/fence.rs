@@ -281,7 +281,10 @@ mod tests {
         assert!(is_valid(MAX_FENCE));
         assert!(!is_valid(MAX_FENCE + 1));
         assert!(is_valid_from_elsewhere(MAX_FENCE - HEADROOM));
-        assert!(!is_valid_from_elsewhere(MAX_FENCE - HEADROOM + 1), "no room above it");
+        assert!(
+            !is_valid_from_elsewhere(MAX_FENCE - HEADROOM + 1),
+            "no room above it"
+        );
         assert!(!is_valid_from_elsewhere(0));
         assert!(!is_valid(i64::MAX as u64));
     }

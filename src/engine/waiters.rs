@@ -427,7 +427,11 @@ mod tests {
             r.leave(id);
         }
         assert!(r.is_empty());
-        assert!(r.waiters.capacity() * 16 < full, "{} of {full}", r.waiters.capacity());
+        assert!(
+            r.waiters.capacity() * 16 < full,
+            "{} of {full}",
+            r.waiters.capacity()
+        );
         assert!(r.by_handle.capacity() <= 128, "{}", r.by_handle.capacity());
     }
 
