@@ -9,6 +9,22 @@
 //! `DUMP` + `RESTORE … REPLACE`, an overwrite (`SET` then `DEL`) and `PEXPIREAT k 1`. Every
 //! reply is checked against the model, and so is the final state of every key.
 //!
+//! Crashes at full fence rate (`op_crash`): the server takes an RDB snapshot (`SAVE`, with
+//! the AOF turned off at run time first) and the model a copy of itself; then one connection,
+//! or two at once, pipelines thousands of `LOCK.FENCE` on one or two held keys (a `TRYAGAIN`
+//! reply is legitimate: the module issues fences from a bucket of 8 ms' worth that it refills
+//! at 2,048 a millisecond), every acknowledged fence checked to increase per key; then
+//! `kill -9`, and the server starts again from the snapshot with the AOF off, the model from
+//! its copy (waiters are connections: all gone; a lock whose short lease ran out while the
+//! server was down is gone). From then on every fence the server issues, for any key, must
+//! be above the highest fence acknowledged before the crash, not merely above the
+//! snapshot's: the snapshot does not know the burst. The first such fences go out on a
+//! connection made while the server is still starting (a `TRYAGAIN` there, the module's
+//! refusal for a few milliseconds after a start, is retried). Then `CONFIG SET appendonly
+//! yes` writes a fresh AOF from the loaded data, so that later restarts (`appendonly yes`)
+//! go on from there: one server, one configuration, the AOF off only between the `SAVE` and
+//! the rewrite after the crash.
+//!
 //! The keyspace contract: a waiter waits for a (db, key name). A lock that moves (`RENAME`)
 //! or is copied (`COPY`, `RESTORE`) arrives with its holder, fence and lease and no waiters;
 //! whenever a key's lock goes away or is replaced (deleted, renamed away, overwritten,
@@ -34,6 +50,7 @@ use std::time::{Duration, Instant};
 
 use common::{info_field, parse_info, run_raw, LockInfo, Opts, Server};
 use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use redis::Value;
 
@@ -49,6 +66,15 @@ const SLACK: Duration = Duration::from_millis(150);
 /// Tolerance on `ttl` beyond the measured send/receive window (rounding, wall-clock
 /// conversion across restarts).
 const TTL_SLACK_MS: i64 = 30;
+/// `LOCK.FENCE` commands pipelined in one burst before a crash: more than the module's bucket
+/// (8 ms' worth, 16,384) at the top of the range.
+const BURST_MIN: usize = 4_000;
+const BURST_MAX: usize = 24_000;
+/// Connections of a parallel burst.
+const BURST_CONNS: usize = 2;
+/// A crash step comes at least this many steps after the previous one, besides its random
+/// turns, so that every full-length run has several.
+const CRASH_GAP: u64 = 400;
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -81,7 +107,7 @@ impl Span {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct MLock {
     holder: Vec<u8>,
     fence: i64,
@@ -90,7 +116,7 @@ struct MLock {
     queue: VecDeque<usize>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Pending {
     /// A short lease: it ends at its deadline.
     LeaseEnd(Span),
@@ -98,7 +124,7 @@ enum Pending {
     WaitTimeout { waiter: usize, at: Instant },
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct MKey {
     /// `None`: the key does not exist. A lock in the model is always held (its lease has not
     /// ended); a lease end is applied as an event.
@@ -132,6 +158,11 @@ struct Model {
     waiters: Vec<Option<MWaiter>>,
     /// The highest fence the server issued.
     max_fence: i64,
+    /// The highest fence acknowledged before the last crash (0 before the first): every fence
+    /// issued after it is above it, whatever the snapshot the server restarted from knew.
+    crash_floor: i64,
+    /// New fences checked against `crash_floor` (those issued after a crash).
+    above_crash_floor: u64,
 }
 
 impl Model {
@@ -191,6 +222,16 @@ impl Model {
                 "fresh key's fence {f} not above the server's highest fence {}",
                 self.max_fence
             ));
+        }
+        if self.crash_floor > 0 {
+            if f <= self.crash_floor {
+                return Err(format!(
+                    "fence {f} not above {}, the highest fence acknowledged before the crash \
+                     (the server restarted from a snapshot taken before it)",
+                    self.crash_floor
+                ));
+            }
+            self.above_crash_floor += 1;
         }
         self.keys[k].last_fence = Some(f);
         self.max_fence = self.max_fence.max(f);
@@ -273,7 +314,7 @@ impl Sock {
                 return None;
             }
             self.s.set_read_timeout(Some(left)).unwrap();
-            let mut chunk = [0u8; 512];
+            let mut chunk = [0u8; 16 * 1024];
             match self.s.read(&mut chunk) {
                 Ok(0) => return Some(Reply::Closed),
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
@@ -309,6 +350,68 @@ impl Sock {
         self.s.set_nonblocking(false).unwrap();
         r.is_ok()
     }
+}
+
+/// The reply to a command sent right after a restart (`early_calls`).
+struct EarlyReply {
+    reply: Option<Reply>,
+    /// When the command that got `reply` was sent, and when `reply` came.
+    sent: Instant,
+    recv: Instant,
+    /// Earlier sends of it answered `TRYAGAIN` (no fence yet) or `LOADING`.
+    tryagain: u64,
+    loading: u64,
+}
+
+/// Sends each of `cmds` (RESP) in turn on one connection to `port`, made as soon as a server
+/// that is starting there takes one, and reads its reply; a `TRYAGAIN` or `LOADING` reply
+/// sends it again a millisecond later (for up to a second).
+fn early_calls(port: u16, cmds: &[Vec<u8>]) -> Result<Vec<EarlyReply>, String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let s = loop {
+        match TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => break s,
+            Err(_) if Instant::now() < deadline => sleep(Duration::from_millis(1)),
+            Err(e) => return Err(format!("no connection to the restarted server: {e}")),
+        }
+    };
+    s.set_nodelay(true).ok();
+    let mut sock = Sock { s, buf: Vec::new() };
+    let mut out = Vec::with_capacity(cmds.len());
+    for cmd in cmds {
+        let (mut tryagain, mut loading) = (0, 0);
+        loop {
+            let sent = Instant::now();
+            sock.s
+                .write_all(cmd)
+                .map_err(|e| format!("send to the restarted server: {e}"))?;
+            let reply = sock.reply(Duration::from_secs(10));
+            let recv = Instant::now();
+            match &reply {
+                Some(Reply::Error(e)) if tryagain + loading < 1000 => {
+                    if e.starts_with("TRYAGAIN ") {
+                        tryagain += 1;
+                    } else if e.starts_with("LOADING ") {
+                        loading += 1;
+                    } else {
+                        return Err(format!("error from the restarted server: {e}"));
+                    }
+                    sleep(Duration::from_millis(1));
+                }
+                _ => {
+                    out.push(EarlyReply {
+                        reply,
+                        sent,
+                        recv,
+                        tryagain,
+                        loading,
+                    });
+                    break;
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 // ------------------------------------------------------------------------------ the driver
@@ -385,6 +488,30 @@ struct Counts {
     /// Time spent waiting for pending deadlines, and in restarts.
     tick_wait_ms: u64,
     restart_ms: u64,
+    // Crashes at full fence rate (see `op_crash`).
+    crashes: u64,
+    /// Fences acknowledged in the bursts before the crashes, and `TRYAGAIN` replies there.
+    crash_burst_fences: u64,
+    crash_burst_tryagain: u64,
+    /// The fastest burst, in fences acknowledged per millisecond.
+    crash_burst_peak_per_ms: u64,
+    /// Bursts on two keys at once (else one), and bursts on `BURST_CONNS` connections at
+    /// once (else one).
+    crash_two_key_bursts: u64,
+    crash_parallel_bursts: u64,
+    /// Fences taken right after the restarts (held burst keys and fresh keys), each checked
+    /// against the pre-crash maximum, and the `TRYAGAIN` replies met while taking them.
+    crash_first_fences: u64,
+    crash_first_fresh: u64,
+    crash_restart_tryagain: u64,
+    /// Waiters whose connection the crash closed.
+    crash_waiters_dropped: u64,
+    /// Locks in the snapshot whose short lease ran out while the server was down.
+    crash_lapsed: u64,
+    /// Fences issued after a crash and checked against the highest one acknowledged before
+    /// it, by any op (later bursts included).
+    above_crash_floor: u64,
+    crash_ms: u64,
 }
 
 struct Driver {
@@ -396,6 +523,8 @@ struct Driver {
     seed: u64,
     log: Vec<String>,
     counts: Counts,
+    /// Steps since the last crash step (see `CRASH_GAP`).
+    steps_since_crash: u64,
 }
 
 macro_rules! ensure {
@@ -959,6 +1088,386 @@ impl Driver {
         }
     }
 
+    /// A crash at full fence rate. The AOF goes off and the server saves an RDB snapshot;
+    /// the model keeps a copy of itself. One connection (or two at once) then pipelines a
+    /// burst of `LOCK.FENCE` on one or two held keys, every acknowledged fence checked to
+    /// increase per key (`TRYAGAIN` is counted: the bucket may run dry), and the server is
+    /// killed with SIGKILL right after the last reply. It starts again from the snapshot with the AOF
+    /// off; the model becomes its copy, without waiters (connections, all closed by the
+    /// crash) and without a lock whose short lease ran out while the server was down. The
+    /// burst is lost, but its fences are not forgotten: from now on every fence issued must
+    /// be above the highest one acknowledged before the crash (`Model::crash_floor`), which
+    /// the first fences after the restart (burst keys and a fresh key, in random order,
+    /// retrying `TRYAGAIN`) check at once and every later op keeps checking. Last,
+    /// `CONFIG SET appendonly yes` rewrites the AOF from the loaded data, so that the next
+    /// `op_restart` (started with `appendonly yes`) finds the same state.
+    fn op_crash(&mut self) {
+        self.tick();
+        let t0 = Instant::now();
+        self.counts.crashes += 1;
+        self.steps_since_crash = 0;
+        // The burst keys: one or two held locks (one is acquired if none is held).
+        let mut held: Vec<usize> = (0..KEYS.len())
+            .filter(|&k| self.model.keys[k].lock.is_some())
+            .collect();
+        if held.is_empty() {
+            let k = self.rng.gen_range(0..KEYS.len());
+            let t = TOKENS[self.rng.gen_range(0..TOKENS.len())].to_vec();
+            self.op_acquire(k, t, false);
+            held.push(k);
+        }
+        held.shuffle(&mut self.rng);
+        let two = held.len() > 1 && self.rng.gen_bool(0.5);
+        held.truncate(if two { 2 } else { 1 });
+        let burst = held;
+        if two {
+            self.counts.crash_two_key_bursts += 1;
+        }
+        // Half the time another key gets a short lease, to run out while the server is down
+        // (a key without waiters: a lease end with a waiter would be a grant whose timing
+        // against the crash decides its fate).
+        let mut lapsing = None;
+        if self.rng.gen_bool(0.5) {
+            let cands: Vec<usize> = (0..KEYS.len())
+                .filter(|k| !burst.contains(k) && !self.has_waiters(*k))
+                .collect();
+            if !cands.is_empty() {
+                let k = cands[self.rng.gen_range(0..cands.len())];
+                match self.model.keys[k].lock.as_ref().map(|l| l.holder.clone()) {
+                    Some(h) => self.op_extend(k, h, true),
+                    None => {
+                        let t = TOKENS[self.rng.gen_range(0..TOKENS.len())].to_vec();
+                        self.op_acquire(k, t, true)
+                    }
+                }
+                lapsing = Some(k);
+            }
+        }
+        // Waiters, to be dropped by the crash.
+        self.maybe_queue_waiter_anywhere(0.5);
+
+        // The snapshot.
+        self.set_appendonly(false);
+        let (v, _, _) = self.call(&[b"SAVE"]);
+        self.note(format!("SAVE -> {v:?}"));
+        ensure!(self, v == Value::Okay, "SAVE replied {v:?}");
+        let snapshot: Vec<MKey> = self.model.keys.clone();
+
+        // The burst, at full speed: pipelined on one connection, or on several at once.
+        let conns = if self.rng.gen_bool(0.5) {
+            1
+        } else {
+            BURST_CONNS
+        };
+        let n = self.rng.gen_range(BURST_MIN..=BURST_MAX) / conns * conns;
+        let plans: Vec<Vec<usize>> = (0..conns)
+            .map(|_| {
+                (0..n / conns)
+                    .map(|_| burst[self.rng.gen_range(0..burst.len())])
+                    .collect()
+            })
+            .collect();
+        let reqs: Vec<Vec<u8>> = plans
+            .iter()
+            .map(|plan| {
+                let mut req = Vec::with_capacity(plan.len() * 40);
+                for &k in plan {
+                    let holder = &self.model.keys[k].lock.as_ref().unwrap().holder;
+                    req.extend_from_slice(&common::resp_command(&[
+                        b"LOCK.FENCE",
+                        KEYS[k].as_bytes(),
+                        &holder[..],
+                    ]));
+                }
+                req
+            })
+            .collect();
+        let socks: Vec<Sock> = (0..conns)
+            .map(|_| Sock::connect(self.server.port))
+            .collect();
+        let before = self.model.max_fence;
+        let sent = Instant::now();
+        let replies: Vec<Vec<Option<Reply>>> = std::thread::scope(|s| {
+            let threads: Vec<_> = socks
+                .into_iter()
+                .zip(reqs.iter().zip(&plans))
+                .map(|(mut sock, (req, plan))| {
+                    s.spawn(move || {
+                        sock.s.write_all(req).expect("send the burst");
+                        (0..plan.len())
+                            .map(|_| sock.reply(Duration::from_secs(10)))
+                            .collect()
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        let took = sent.elapsed();
+        // On each connection, every fence of a key is above the one before it there (and
+        // above the key's last fence); across connections, no fence of a key twice.
+        let (mut acked, mut tryagain) = (0u64, 0u64);
+        let mut issued: Vec<Vec<i64>> = vec![Vec::new(); KEYS.len()];
+        for (c, (plan, rs)) in plans.iter().zip(&replies).enumerate() {
+            let mut last: Vec<i64> = (0..KEYS.len())
+                .map(|k| self.model.keys[k].last_fence.unwrap_or(0))
+                .collect();
+            for (i, (&k, r)) in plan.iter().zip(rs).enumerate() {
+                match r {
+                    Some(Reply::Int(f)) => {
+                        ensure!(
+                            self,
+                            *f > last[k],
+                            "burst connection {c} fence #{i} on {}: {f}, not above {} before it",
+                            KEYS[k],
+                            last[k]
+                        );
+                        last[k] = *f;
+                        issued[k].push(*f);
+                        acked += 1;
+                    }
+                    Some(Reply::Error(e)) if e.starts_with("TRYAGAIN ") => tryagain += 1,
+                    r => self.fail(&format!(
+                        "burst connection {c} LOCK.FENCE #{i} on {} (held): {r:?}",
+                        KEYS[k]
+                    )),
+                }
+            }
+        }
+        for (k, mut fs) in issued.into_iter().enumerate() {
+            fs.sort_unstable();
+            for f in fs {
+                if let Err(e) = self.model.new_fence(k, f, false) {
+                    self.fail(&format!("burst on {}: {e} (issued twice?)", KEYS[k]));
+                }
+                self.model.keys[k].lock.as_mut().unwrap().fence = f;
+            }
+        }
+        let highest = self.model.max_fence;
+        let per_ms = acked * 1000 / (took.as_micros() as u64).max(1);
+        self.counts.crash_burst_fences += acked;
+        self.counts.crash_burst_tryagain += tryagain;
+        self.counts.crash_burst_peak_per_ms = self.counts.crash_burst_peak_per_ms.max(per_ms);
+        if conns > 1 {
+            self.counts.crash_parallel_bursts += 1;
+        }
+        self.note(format!(
+            "burst of {n} LOCK.FENCE on {:?} over {conns} connection(s) in {took:.1?}: {acked} \
+             fences ({before} -> {highest}), {tryagain} TRYAGAIN",
+            burst.iter().map(|&k| KEYS[k]).collect::<Vec<_>>()
+        ));
+        ensure!(self, acked > 0, "no fence acknowledged in a burst of {n}");
+
+        // The crash. While the server is down, a short lease in the snapshot runs out.
+        self.server.kill9();
+        let down = Instant::now();
+        if let Some(k) = lapsing {
+            if let Some(Pending::LeaseEnd(span)) = &snapshot[k].pending {
+                sleep((span.hi + SLACK).saturating_duration_since(Instant::now()));
+            }
+        }
+        self.note("CRASH (SIGKILL after the burst's last reply)".into());
+        // Waiters are connections: the crash closed them without a reply.
+        for w in 0..self.model.waiters.len() {
+            if self.model.waiters[w].is_some() {
+                let r = self.socks[w]
+                    .as_mut()
+                    .unwrap()
+                    .reply(Duration::from_secs(10));
+                ensure!(
+                    self,
+                    r == Some(Reply::Closed),
+                    "waiter w{w} across a crash: {r:?}, expected the connection closed"
+                );
+                self.model.waiters[w] = None;
+                self.socks[w] = None;
+                self.counts.crash_waiters_dropped += 1;
+            }
+        }
+        // The model becomes its copy: the server will load the snapshot.
+        self.model.keys = snapshot;
+        for mk in &mut self.model.keys {
+            if let Some(l) = mk.lock.as_mut() {
+                l.queue.clear();
+            }
+        }
+        self.model.crash_floor = highest;
+        if let Some(k) = lapsing {
+            if let Some(Pending::LeaseEnd(_)) = self.model.keys[k].pending.take() {
+                self.counts.lease_ends += 1;
+                self.counts.crash_lapsed += 1;
+                self.note(format!(
+                    "  lease of {} ended while the server was down",
+                    KEYS[k]
+                ));
+                self.model.keys[k].lock = None;
+            }
+        }
+
+        // The first fences after the restart: a new fence for each burst key's holder and
+        // a fresh key acquired, in random order.
+        let mut firsts: Vec<(usize, Vec<u8>, bool)> = burst
+            .iter()
+            .map(|&k| {
+                (
+                    k,
+                    self.model.keys[k].lock.as_ref().unwrap().holder.clone(),
+                    false,
+                )
+            })
+            .collect();
+        let missing: Vec<usize> = (0..KEYS.len())
+            .filter(|&k| self.model.keys[k].lock.is_none())
+            .collect();
+        if !missing.is_empty() {
+            let k = missing[self.rng.gen_range(0..missing.len())];
+            let t = TOKENS[self.rng.gen_range(0..TOKENS.len())].to_vec();
+            firsts.push((k, t, true));
+        }
+        firsts.shuffle(&mut self.rng);
+        let ttl = LONG_TTL.to_string();
+        let cmds: Vec<Vec<u8>> = firsts
+            .iter()
+            .map(|(k, t, fresh)| {
+                if *fresh {
+                    common::resp_command(&[
+                        &b"LOCK.ACQUIRE"[..],
+                        KEYS[*k].as_bytes(),
+                        t,
+                        ttl.as_bytes(),
+                    ])
+                } else {
+                    common::resp_command(&[&b"LOCK.FENCE"[..], KEYS[*k].as_bytes(), t])
+                }
+            })
+            .collect();
+
+        // The restart, from the snapshot with the AOF off. The first fences go out on a
+        // connection made as soon as the port takes one, while `start_again` still waits
+        // for the server to answer: the first is taken at the earliest moment the server
+        // serves a command (a `TRYAGAIN`, should the module still refuse fences then, is
+        // retried; this module waits that window out while it loads).
+        self.server.opts.appendonly = false;
+        let port = self.server.port;
+        let server = &mut self.server;
+        let restart = Instant::now();
+        let answers = std::thread::scope(|s| {
+            s.spawn(move || server.start_again());
+            early_calls(port, &cmds)
+        });
+        self.con = self.server.conn();
+        self.note(format!(
+            "  restarted from the snapshot, AOF off (down {:.0?})",
+            down.elapsed()
+        ));
+        let answers = match answers {
+            Ok(a) => a,
+            Err(e) => self.fail(&e),
+        };
+        for ((k, t, fresh), a) in firsts.into_iter().zip(answers) {
+            self.counts.crash_restart_tryagain += a.tryagain;
+            let what = if fresh { "ACQUIRE" } else { "FENCE" };
+            self.note(format!(
+                "{what} {} {} after the crash ({:.1?} into the restart, after {} TRYAGAIN \
+                 and {} LOADING) -> {:?} (model: {}, above {highest})",
+                KEYS[k],
+                show(&t),
+                a.sent.duration_since(restart),
+                a.tryagain,
+                a.loading,
+                a.reply,
+                if fresh { "fresh key" } else { "held" }
+            ));
+            let Some(Reply::Int(f)) = a.reply else {
+                self.fail(&format!(
+                    "LOCK.{what} {} after the crash: {:?}, model: a new fence",
+                    KEYS[k], a.reply
+                ));
+            };
+            if let Err(e) = self.model.new_fence(k, f, fresh) {
+                self.fail(&format!("LOCK.{what} {} after the crash: {e}", KEYS[k]));
+            }
+            if fresh {
+                self.model.keys[k].lock = Some(MLock {
+                    holder: t,
+                    fence: f,
+                    deadline: Span::after(a.sent, a.recv, LONG_TTL),
+                    queue: VecDeque::new(),
+                });
+                self.counts.acquire += 1;
+                self.counts.crash_first_fresh += 1;
+            } else {
+                self.model.keys[k].lock.as_mut().unwrap().fence = f;
+            }
+            self.counts.crash_first_fences += 1;
+        }
+        // The server holds the snapshot (with those fences) and nothing else.
+        for k in 0..KEYS.len() {
+            self.check_key(k);
+        }
+        self.set_appendonly(true);
+        self.server.opts.appendonly = true;
+        self.settle_keys();
+        self.check_totals();
+        self.counts.crash_ms += t0.elapsed().as_millis() as u64;
+    }
+
+    /// `CONFIG SET appendonly yes|no`; turning it on waits until the rewrite that writes the
+    /// new AOF is done.
+    fn set_appendonly(&mut self, on: bool) {
+        let val: &[u8] = if on { b"yes" } else { b"no" };
+        let (v, _, _) = self.call(&[b"CONFIG", b"SET", b"appendonly", val]);
+        self.note(format!("CONFIG SET appendonly {} -> {v:?}", show(val)));
+        ensure!(
+            self,
+            v == Value::Okay,
+            "CONFIG SET appendonly replied {v:?}"
+        );
+        if !on {
+            return;
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let text: String = redis::cmd("INFO")
+                .arg("persistence")
+                .query(&mut self.con)
+                .expect("INFO persistence");
+            let field = |name: &str| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                    .map(|v| v.trim().to_string())
+            };
+            if field("aof_rewrite_in_progress").as_deref() == Some("0")
+                && field("aof_rewrite_scheduled").as_deref() == Some("0")
+            {
+                ensure!(
+                    self,
+                    field("aof_enabled").as_deref() == Some("1")
+                        && field("aof_last_bgrewrite_status").as_deref() == Some("ok"),
+                    "AOF not written after CONFIG SET appendonly yes:\n{text}"
+                );
+                return;
+            }
+            if Instant::now() > deadline {
+                self.fail(&format!("AOF rewrite not done after 10 s:\n{text}"));
+            }
+            sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Waits (up to `SLACK`) until `DBSIZE` is the model's: a lock loaded with its lease
+    /// already ended is reported ended at once but removed by the sweep a moment later.
+    fn settle_keys(&mut self) {
+        let want = Value::Int(self.model.key_count() as i64);
+        let deadline = Instant::now() + SLACK;
+        while Instant::now() < deadline {
+            let (v, _, _) = self.call(&[b"DBSIZE"]);
+            if v == want {
+                return;
+            }
+            sleep(Duration::from_millis(2));
+        }
+    }
+
     // ------------------------------------------------------------- keyspace operations
 
     /// Like `call`, but an error reply is returned rather than failing the run.
@@ -1352,13 +1861,18 @@ impl Driver {
     // ------------------------------------------------------------------------- the run
 
     fn step(&mut self) {
+        self.steps_since_crash += 1;
+        if self.steps_since_crash > CRASH_GAP {
+            self.op_crash();
+            return;
+        }
         let free = self.free_keys();
         if free.is_empty() {
             self.tick();
             return;
         }
         let k = free[self.rng.gen_range(0..free.len())];
-        let roll = self.rng.gen_range(0..1057);
+        let roll = self.rng.gen_range(0..1060);
         match roll {
             0..=189 => {
                 let t = self.pick_token(k);
@@ -1463,11 +1977,12 @@ impl Driver {
                 self.maybe_queue_waiter(k, 0.3);
                 self.op_set_del(k)
             }
-            _ => {
+            1049..=1056 => {
                 let k = self.pick_key(None, 0.6, 0.5).unwrap_or(k);
                 self.maybe_queue_waiter(k, 0.3);
                 self.op_pexpireat(k)
             }
+            _ => self.op_crash(),
         }
     }
 
@@ -1508,12 +2023,14 @@ fn model_agrees_with_the_server() {
         seed,
         log: Vec::new(),
         counts: Counts::default(),
+        steps_since_crash: 0,
     };
     let t0 = Instant::now();
     for _ in 0..ops {
         d.step();
     }
     d.finish();
+    d.counts.above_crash_floor = d.model.above_crash_floor;
     println!(
         "model: {ops} ops in {:.1?}, disagreements: 0; {:?}",
         t0.elapsed(),
@@ -1542,6 +2059,18 @@ fn model_agrees_with_the_server() {
                 d.counts
             );
         }
+        assert!(
+            c.crashes >= 5
+                && c.crash_first_fresh > 0
+                && c.crash_lapsed > 0
+                && c.crash_waiters_dropped > 0
+                && c.crash_two_key_bursts > 0
+                && c.crash_parallel_bursts > 0,
+            "the run should crash the server several times after fence bursts, also with a \
+             fresh key taken after the restart, a lease lapsing while it is down, waiters \
+             dropped, a burst on two keys and one on two connections: {:?}",
+            d.counts
+        );
         assert!(
             c.rename_no_such_key > 0 && c.renamenx_refused > 0 && c.copy_source_kept_waiters > 0,
             "the run should exercise RENAME of a missing key, RENAMENX onto a lock and COPY \
