@@ -99,6 +99,11 @@ impl Now {
         self.wall_us.div_euclid(1000)
     }
 
+    /// Monotonic milliseconds.
+    pub fn mono_ms(self) -> i64 {
+        (self.mono / 1000) as i64
+    }
+
     /// The Unix-millisecond time at which monotonic `deadline` falls, as seen now; rounded
     /// up, so that a lease carried to a replica or a restart is never shorter.
     pub fn to_wall(self, deadline: u64) -> i64 {

@@ -14,7 +14,8 @@
 //! error); so a fence issued while the high-water mark tracks the floor is never more than
 //! [`BURST_MS`] milliseconds ahead of it. After a (re)start the issuer waits until its clock
 //! is [`BURST_MS`] + 1 milliseconds past the moment it loaded, so its first fence is above
-//! every fence issued before the crash, provided the clock did not go back across it. One
+//! every fence issued before the crash, provided the wall clock did not go back across it
+//! (the module spends that wait at load, sleeping, so that no client meets it). One
 //! server thread issues up to about 2 million fences a second in bursts (`LOCK.FENCE`
 //! pipelined on 8 connections); the bucket lets such bursts through and holds a sustained
 //! rate to 2.048 million a second.
@@ -80,30 +81,38 @@ impl fmt::Display for FenceError {
 }
 
 /// The server-wide high-water mark of fences, and the bucket that paces them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FenceIssuer {
     high_water: u64,
     tokens: u64,
-    /// The wall-clock millisecond the bucket was last refilled at.
+    /// The monotonic millisecond the bucket was last refilled at: it refills with time as it
+    /// passes, so a wall clock stepped back cannot stall it.
     refilled_ms: i64,
-    /// No fence before this wall-clock millisecond (see the module comment).
+    /// No fence before this monotonic millisecond (see the module comment): a burst's length
+    /// after the start, by a clock that a step of the wall clock does not move.
     not_before_ms: i64,
+}
+
+impl Default for FenceIssuer {
+    fn default() -> Self {
+        FenceIssuer::new()
+    }
 }
 
 impl FenceIssuer {
     pub const fn new() -> Self {
         FenceIssuer {
             high_water: 0,
-            tokens: 0,
+            tokens: CAPACITY,
             refilled_ms: 0,
             not_before_ms: 0,
         }
     }
 
-    /// The server (or the module) started at Unix millisecond `now_ms`.
-    pub fn start(&mut self, now_ms: i64) {
-        self.not_before_ms = now_ms + BURST_MS as i64 + 1;
-        self.refilled_ms = self.not_before_ms;
+    /// The server (or the module) started at monotonic millisecond `mono_ms`.
+    pub fn start(&mut self, mono_ms: i64) {
+        self.not_before_ms = mono_ms + BURST_MS as i64 + 1;
+        self.refilled_ms = mono_ms;
         self.tokens = CAPACITY;
     }
 
@@ -112,18 +121,18 @@ impl FenceIssuer {
     }
 
     /// Issues a fence for a key whose last fence was `last` (0 for a fresh key), at Unix
-    /// millisecond `wall_ms`.
-    pub fn issue(&mut self, last: u64, wall_ms: i64) -> Result<u64, FenceError> {
-        if wall_ms < self.not_before_ms {
+    /// millisecond `wall_ms` and monotonic millisecond `mono_ms`.
+    pub fn issue(&mut self, last: u64, wall_ms: i64, mono_ms: i64) -> Result<u64, FenceError> {
+        if mono_ms < self.not_before_ms {
             return Err(FenceError::RateLimited);
         }
-        if wall_ms > self.refilled_ms {
-            let elapsed = (wall_ms - self.refilled_ms) as u64;
+        if mono_ms > self.refilled_ms {
+            let elapsed = (mono_ms - self.refilled_ms) as u64;
             self.tokens = self
                 .tokens
                 .saturating_add(elapsed.saturating_mul(PER_MS))
                 .min(CAPACITY);
-            self.refilled_ms = wall_ms;
+            self.refilled_ms = mono_ms;
         }
         if self.tokens == 0 {
             return Err(FenceError::RateLimited);
@@ -165,12 +174,35 @@ mod tests {
 
     const T: i64 = 1_764_000_000_000;
 
+    impl FenceIssuer {
+        /// `issue` with both clocks at `ms` (no wall-clock step).
+        fn at(&mut self, last: u64, ms: i64) -> Result<u64, FenceError> {
+            self.issue(last, ms, ms)
+        }
+    }
+
+    #[test]
+    fn a_wall_clock_stepped_back_does_not_stall_the_bucket() {
+        let mut f = FenceIssuer::default();
+        let mut last = 0;
+        while let Ok(n) = f.at(last, T) {
+            last = n;
+        }
+        // An hour back on the wall, time going on: fences go on at the sustained rate,
+        // above the last (the high-water mark is in memory).
+        for ms in 1..=3 {
+            let n = f.issue(last, T - 3_600_000 + ms, T + ms).unwrap();
+            assert!(n > last);
+            last = n;
+        }
+    }
+
     #[test]
     fn fences_increase_per_key_and_server_wide() {
         let mut f = FenceIssuer::default();
-        let a = f.issue(0, T).unwrap();
-        let b = f.issue(a, T).unwrap();
-        let c = f.issue(0, T).unwrap(); // a fresh key
+        let a = f.at(0, T).unwrap();
+        let b = f.at(a, T).unwrap();
+        let c = f.at(0, T).unwrap(); // a fresh key
         assert!(a < b && b < c);
         assert!(a >= floor(T));
     }
@@ -179,14 +211,14 @@ mod tests {
     fn a_key_from_elsewhere_continues_above_its_last_fence() {
         let mut f = FenceIssuer::default();
         let far = floor(T) + 10_000_000;
-        assert_eq!(f.issue(far, T), Ok(far + 1));
+        assert_eq!(f.at(far, T), Ok(far + 1));
     }
 
     #[test]
     fn the_clock_floor_moves_fences_on_each_millisecond() {
         let mut f = FenceIssuer::default();
-        let a = f.issue(0, T).unwrap();
-        let b = f.issue(a, T + 1).unwrap();
+        let a = f.at(0, T).unwrap();
+        let b = f.at(a, T + 1).unwrap();
         assert_eq!(b, floor(T + 1));
     }
 
@@ -195,7 +227,7 @@ mod tests {
         let mut f = FenceIssuer::default();
         let mut last = 0;
         let mut n = 0;
-        while let Ok(fence) = f.issue(last, T) {
+        while let Ok(fence) = f.at(last, T) {
             last = fence;
             n += 1;
         }
@@ -205,11 +237,11 @@ mod tests {
             floor(T + BURST_MS as i64) - 1,
             "never more ahead of the clock"
         );
-        assert_eq!(f.issue(0, T), Err(FenceError::RateLimited));
+        assert_eq!(f.at(0, T), Err(FenceError::RateLimited));
         for _ in 0..PER_MS {
-            last = f.issue(last, T + 1).unwrap();
+            last = f.at(last, T + 1).unwrap();
         }
-        assert_eq!(f.issue(last, T + 1), Err(FenceError::RateLimited));
+        assert_eq!(f.at(last, T + 1), Err(FenceError::RateLimited));
     }
 
     #[test]
@@ -217,10 +249,10 @@ mod tests {
         let mut f = FenceIssuer::default();
         f.start(T);
         for ms in T..=T + BURST_MS as i64 {
-            assert_eq!(f.issue(0, ms), Err(FenceError::RateLimited), "{}", ms - T);
+            assert_eq!(f.at(0, ms), Err(FenceError::RateLimited), "{}", ms - T);
         }
         assert_eq!(
-            f.issue(0, T + BURST_MS as i64 + 1),
+            f.at(0, T + BURST_MS as i64 + 1),
             Ok(floor(T + BURST_MS as i64 + 1))
         );
     }
@@ -232,7 +264,7 @@ mod tests {
         let mut before_crash = FenceIssuer::default();
         let mut last = 0;
         for ms in 0..5 {
-            while let Ok(f) = before_crash.issue(last, T + ms) {
+            while let Ok(f) = before_crash.at(last, T + ms) {
                 last = f;
             }
         }
@@ -240,7 +272,7 @@ mod tests {
         let mut after = FenceIssuer::default();
         after.start(T + 5);
         let first = (T + 5..T + 100)
-            .find_map(|ms| after.issue(0, ms).ok())
+            .find_map(|ms| after.at(0, ms).ok())
             .unwrap();
         assert!(first > last, "{first} after {last}");
     }
@@ -254,21 +286,21 @@ mod tests {
         let saved = (f.high_water(), T);
         let mut last = ahead;
         for ms in 0..4 {
-            while let Ok(n) = f.issue(last, T + ms) {
+            while let Ok(n) = f.at(last, T + ms) {
                 last = n;
             }
         }
         let mut restarted = FenceIssuer::default();
         restarted.reload(saved.0, saved.1, T + 4);
-        assert!(restarted.issue(0, T + 4).unwrap() > last);
+        assert!(restarted.at(0, T + 4).unwrap() > last);
     }
 
     #[test]
     fn no_fence_is_issued_past_two_to_the_53() {
         let mut f = FenceIssuer::default();
-        assert_eq!(f.issue(MAX_FENCE - 1, T), Ok(MAX_FENCE));
-        assert_eq!(f.issue(MAX_FENCE, T), Err(FenceError::Exhausted));
-        assert_eq!(f.issue(0, T), Err(FenceError::Exhausted), "server-wide");
+        assert_eq!(f.at(MAX_FENCE - 1, T), Ok(MAX_FENCE));
+        assert_eq!(f.at(MAX_FENCE, T), Err(FenceError::Exhausted));
+        assert_eq!(f.at(0, T), Err(FenceError::Exhausted), "server-wide");
         let mut g = FenceIssuer::default();
         g.reload(MAX_FENCE - 5, T - 1000, T);
         assert_eq!(g.high_water(), MAX_FENCE);

@@ -109,7 +109,7 @@ impl Lock {
         now: Now,
         fences: &mut FenceIssuer,
     ) -> Result<(Lock, u64), FenceError> {
-        let fence = fences.issue(0, now.wall())?;
+        let fence = fences.issue(0, now.wall(), now.mono_ms())?;
         let lock = Lock::new(key, db, token, now.mono + micros(ttl), fence);
         Ok((lock, fence))
     }
@@ -224,7 +224,7 @@ impl Lock {
         fences: &mut FenceIssuer,
     ) -> Result<u64, FenceError> {
         debug_assert!(!self.is_held(now));
-        self.fence = fences.issue(self.fence, now.wall())?;
+        self.fence = fences.issue(self.fence, now.wall(), now.mono_ms())?;
         self.set_token(token);
         self.deadline = now.mono + micros(ttl);
         Ok(self.fence)
@@ -268,7 +268,7 @@ impl Lock {
         if !self.is_held_by(token, now) {
             return Ok(None);
         }
-        self.fence = fences.issue(self.fence, now.wall())?;
+        self.fence = fences.issue(self.fence, now.wall(), now.mono_ms())?;
         Ok(Some(self.fence))
     }
 
