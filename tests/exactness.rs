@@ -728,6 +728,14 @@ fn rdb_restart_full_sync_and_debug_reload_keep_the_deadline() {
     check("after a full sync, on the replica", &mut rc);
     drop(rc);
     drop(r);
+    // The full sync's background save may still be finishing: DEBUG RELOAD refuses to run
+    // beside it.
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            info_field(&mut mc, "persistence", "rdb_bgsave_in_progress").as_deref() == Some("0")
+        }),
+        "the full sync's background save did not finish"
+    );
     assert_eq!(cmd!(&mut mc, "DEBUG", "RELOAD"), Ok(Value::Okay));
     check("after DEBUG RELOAD", &mut mc);
     assert_eq!(cmd!(&mut mc, "SAVE"), Ok(Value::Okay));
