@@ -325,11 +325,12 @@ fn a_lease_end_found_by_the_next_acquire_is_counted_and_announced() {
     let mut sub = Subscriber::new(&server, "Kd");
     let mut st = Stats::new(&server);
 
-    // Nobody waits: the next acquirer finds the lease over.
+    // Nobody waits: the next acquirer finds the lease over. One pipelined write, so that the
+    // server runs the three back to back, with no timer between them (not a transaction:
+    // inside one, time stands still at its start).
     let k = "lazy:1";
     let mut multi = redis::pipe();
     multi
-        .atomic()
         .cmd("LOCK.ACQUIRE")
         .arg(k)
         .arg("a")
@@ -373,9 +374,9 @@ fn a_lease_end_found_by_a_command_is_counted_and_announced_before_the_grant() {
     acquire(&mut con, k, "a", 400).unwrap();
     let w = wait_in_thread(&server, k, "w", 10_000, 10_000);
     wait_for_waiters(&mut con, k, 1);
+    // Pipelined, not a transaction (see above).
     let mut multi = redis::pipe();
     multi
-        .atomic()
         .cmd("DEBUG")
         .arg("SLEEP")
         .arg("0.6")
