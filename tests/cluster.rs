@@ -778,7 +778,9 @@ fn a_held_lock_migrates_with_its_slot() {
         issued.push(r.int_or_nil(&["LOCK.FENCE", held, &h]).unwrap());
     }
     let l = token();
-    let lease_ttl = 6_000;
+    // Long enough to outlast a failover on a loaded machine (6 s seen), short enough to wait
+    // out at the end.
+    let lease_ttl = 12_000;
     let sent = Instant::now();
     issued.push(
         r.int_or_nil(&["LOCK.ACQUIRE", lease, &l, &lease_ttl.to_string()])
@@ -934,7 +936,9 @@ fn cluster_failover_keeps_holder_lease_and_fence() {
     issued.push(r.int_or_nil(&["LOCK.ACQUIRE", held, &h, "60000"]).unwrap());
     issued.push(r.int_or_nil(&["LOCK.FENCE", held, &h]).unwrap());
     let l = token();
-    let lease_ttl = 6_000;
+    // Long enough to outlast a failover on a loaded machine (6 s seen), short enough to wait
+    // out at the end.
+    let lease_ttl = 12_000;
     let sent = Instant::now();
     issued.push(
         r.int_or_nil(&["LOCK.ACQUIRE", lease, &l, &lease_ttl.to_string()])
