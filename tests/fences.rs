@@ -518,10 +518,11 @@ fn pipeline(port: u16, batch: &[u8], shared: &Shared) -> Answered {
         if let Some(pid) = shared.kill_pid.filter(|_| a.tryagain > tryagain) {
             let _killing = shared.kill_lock.lock().unwrap();
             if !stop.load(Ordering::SeqCst) {
+                // Stop first: the other connections see the server go right after the kill.
+                stop.store(true, Ordering::SeqCst);
                 // SAFETY: kill(2) with a pid and a signal number; no memory is involved.
                 unsafe { libc::kill(pid, libc::SIGKILL) };
                 shared.killed_at.store(now_ms(), Ordering::SeqCst);
-                stop.store(true, Ordering::SeqCst);
             }
         }
         if let Some(f) = batch_max {
