@@ -1,5 +1,5 @@
 //! The two clocks of the module. Leases and waits run on the monotonic clock, so that a step
-//! of the wall clock neither ends them early nor stretches them (SPEC guarantee 2). The wall
+//! of the wall clock neither ends them early nor stretches them (README guarantee 2). The wall
 //! clock appears only where a deadline leaves the process (RDB, AOF and replication carry
 //! absolute Unix-millisecond deadlines, converted back to monotonic ones when read) and in
 //! the floor under fences.

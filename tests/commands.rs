@@ -1,4 +1,4 @@
-//! Every command row, reply shape and bad-input class of SPEC.md, against a real server.
+//! Every command row, reply shape and bad-input class of the README, against a real server.
 
 mod common;
 
@@ -1045,7 +1045,7 @@ fn command_info_flags_and_key_positions() {
     assert!(format!("{v:?}").contains("\"lock\""), "MODULE LIST: {v:?}");
 }
 
-/// SPEC, server integration: "`COMMAND INFO` / `COMMAND DOCS` describe them".
+/// README, observability: "`COMMAND INFO` / `COMMAND DOCS` describe them".
 #[test]
 fn command_info_arity_and_command_docs() {
     let s = Server::new();

@@ -1,4 +1,4 @@
-//! Fences that never go backwards (SPEC guarantee 4) where the high-water mark is not in
+//! Fences that never go backwards (README guarantee 4) where the high-water mark is not in
 //! memory: a crash after a burst at full rate, a restart right after a crash, fences far
 //! above the clock floor brought in by `RESTORE`, replicas and AOF replays that learn fences
 //! from `LOCK.APPLY`, AOF rewrites with and without the RDB preamble, and the pacing of
@@ -1409,7 +1409,7 @@ fn a_restored_lease_is_the_time_it_had_left() {
     assert!(acquire(&mut c, "v1-over", "other", 1_000).is_some());
 }
 
-/// A reloaded AOF holds the same deadline as the server that wrote it (SPEC guarantee 5),
+/// A reloaded AOF holds the same deadline as the server that wrote it (README guarantee 5),
 /// also for a lock that came in by `RESTORE`. The AOF records the `RESTORE` command with its
 /// payload, whose lease is the time it had left when dumped, counted from the `RESTORE`; a
 /// replay must not read that payload's deadline as absolute. (As of this writing it does:

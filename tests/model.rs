@@ -1,4 +1,4 @@
-//! A reference model of the SPEC, written here independently of `src/lock.rs`, driven side by
+//! A reference model of the README's contract, written here independently of `src/lock.rs`, driven side by
 //! side with a real server through thousands of seeded random operations: `LOCK.ACQUIRE`
 //! (with and without `WAIT`), `LOCK.RELEASE`, `LOCK.EXTEND`, `LOCK.FENCE`, `LOCK.INFO`, `DEL`,
 //! waiters that disconnect, time passing (short leases and short waits that run out),
@@ -141,7 +141,7 @@ struct MWaiter {
     ttl: u64,
 }
 
-/// What the SPEC says a `LOCK.ACQUIRE` gets.
+/// What the README says a `LOCK.ACQUIRE` gets.
 #[derive(Debug, PartialEq)]
 enum AcqExpect {
     /// The key does not exist: a new fence above every fence the server issued.

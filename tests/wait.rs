@@ -1,4 +1,4 @@
-//! `LOCK.ACQUIRE … WAIT`: the FIFO queue and its hand-offs (SPEC guarantee 3), against a real
+//! `LOCK.ACQUIRE … WAIT`: the FIFO queue and its hand-offs (README guarantee 3), against a real
 //! server. Waiters are plain sockets, so that a test controls exactly when each one joins.
 
 mod common;
