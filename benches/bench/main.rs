@@ -1,0 +1,546 @@
+//! # redis-lock benchmark (`make bench`, i.e. `cargo bench --bench bench`)
+//!
+//! Measures the module side by side with the ways clients lock with plain Redis today, in
+//! one run, against one redis-server that this program starts itself (127.0.0.1, a free port,
+//! `--save "" --appendonly no`, the module from `target/release/libredis_lock.so` — build it
+//! first with `cargo build --release`; `cargo bench` does not rebuild the cdylib).
+//!
+//! ## Workloads (each against its baselines, with the same number of connections)
+//!
+//! 1. **Uncontended cycle** — acquire then release on random keys, 4 connections, batches of
+//!    1 and 16 cycles: `LOCK.ACQUIRE`+`LOCK.RELEASE` vs `SET NX PX` + `EVALSHA`
+//!    compare-and-delete ("Lua") vs `SET PX` + `DEL` (two native commands: the "floor").
+//! 2. **Fenced cycle** — the module's acquire returns a fence anyway; the baseline is an
+//!    `EVALSHA` acquire doing `SET NX PX` + `INCR` of a fence key, and the Lua release.
+//! 3. **Single command**, batches of 1 and 16: `LOCK.ACQUIRE` vs `SET NX PX` on fresh keys
+//!    (every op succeeds; the keys are removed after each phase, outside the measurement), and
+//!    `LOCK.INFO` vs `GET` on an existing key.
+//! 4. **Contended** — 20 clients on one key, each looping acquire → release with no hold
+//!    time: `LOCK.ACQUIRE … WAIT 0` (blocking FIFO) vs polling `SET NX PX` every 100 ms and
+//!    every 1 ms vs a pub/sub wake-up (the release script PUBLISHes; waiters sit on a
+//!    SUBSCRIBE and retry on a message, or after a fallback timeout).
+//! 5. **Lease-end hand-off** — a holder takes a 50 ms lease and never releases; a waiter
+//!    blocked with `WAIT 0` measures from the lease deadline (send time of the holder's
+//!    acquire + ttl, on the client's clock) to its grant.
+//! 6. **Scale** — memory per held lock (`INFO memory` `used_memory` delta over 200k locks) for
+//!    the module, a `SET NX PX` string lock and a string lock plus a fence key (module memory
+//!    is counted: the module allocates through Redis); and the cycle at batch 16 with 1M
+//!    module locks held vs 1k held (and, for reference, the floor cycle among 1M vs 1k held
+//!    string locks: how much Redis itself slows down with a bigger keyspace).
+//!
+//! ## How to read the output
+//!
+//! - An *op* is what the row names: a whole cycle (acquire + release) in 1–2, one command in
+//!   3. A batch of 16 is one pipelined round trip per step (16 acquires, then 16 releases);
+//!   a batch of 1 is one command per round trip, so a cycle there is two round trips.
+//! - `ops/s` = ops completed in the measurement windows / their length (each window follows a
+//!   warm-up). A variant runs in 5 rounds interleaved with its baselines (A B C, C B A,
+//!   A B C, …); `spread` is (max − min) / mean of its rounds' ops/s, a gauge of the noise.
+//!   The contended schemes and 6b run in 3 rounds the same way.
+//!   `p50/p99/p999` are the latencies of one whole batch in µs (hdrhistogram).
+//! - `srv µs/op` is the server's CPU time (user + sys from `INFO cpu`) over the window divided
+//!   by the ops; `srv cpu` is that CPU time over the window's length (100% = one core busy).
+//!   Client and server share a 2-core machine: when `srv cpu` is well below 100% the client
+//!   is the bottleneck, and `srv µs/op` is the fairer comparison.
+//! - Ratios are "this row relative to that baseline", higher = better for the row: for
+//!   throughput `ops/s ÷ baseline ops/s`, for CPU `baseline µs/op ÷ row µs/op`, each taken
+//!   per round against the baseline's round next to it, and the median over rounds reported
+//!   (a slow spell of the shared machine then hits both halves of a pair).
+//! - At the end, each target of issue 4 is checked against the measurements.
+//! - Everything is also written to `bench-results.json` at the crate root.
+//!
+//! Set `BENCH_QUICK=1` for a smoke run about 10× shorter (numbers are then noisy), and
+//! `BENCH_NO_PIN=1` to run without `taskset` pinning (server on CPU 1, client on CPU 0).
+
+use std::fmt::Write as _;
+use std::fs;
+use std::io::Write as _;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime};
+
+use hdrhistogram::Histogram;
+use redis::{Connection, ConnectionLike, Value};
+
+mod conn;
+mod contended;
+mod lease_end;
+mod machine;
+mod memory;
+mod plan;
+mod profile;
+mod report;
+mod server;
+mod targets;
+mod throughput;
+
+use conn::*;
+use contended::*;
+use lease_end::*;
+use machine::*;
+use memory::*;
+use plan::*;
+use profile::*;
+use report::*;
+use server::*;
+use targets::*;
+use throughput::*;
+
+// ---------------------------------------------------------------------------------------
+
+fn main() {
+    let began = Instant::now();
+    let plan = Plan::from_env();
+    let module = module_path();
+    let cpus = thread::available_parallelism().map_or(1, |n| n.get());
+    let pinned = pin_client(cpus);
+    let srv = Server::start(&module, pinned);
+    let mut con = srv.connect();
+    let version = text(&call(&mut con, &["INFO", "server"]))
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:").map(str::to_string))
+        .unwrap_or_default();
+    let modules = format!("{:?}", call(&mut con, &["MODULE", "LIST"]));
+    assert!(modules.contains("lock"), "module not loaded: {modules}");
+    let scripts = Scripts::load(&mut con);
+    let s = &scripts;
+    let model = cpu_model();
+    let revision = git_revision();
+    let pinning = if pinned {
+        "server pinned to CPU 1, client threads to CPU 0 (taskset)".to_string()
+    } else {
+        "not pinned: client and server share all CPUs".to_string()
+    };
+
+    println!(
+        "redis-lock benchmark{}",
+        if plan.quick {
+            " (BENCH_QUICK: short smoke run, noisy)"
+        } else {
+            ""
+        }
+    );
+    println!("  machine:  {model}, {cpus} CPUs (nproc), shared by client and server");
+    println!(
+        "  server:   redis-server {version} on 127.0.0.1:{}, --save \"\" --appendonly no",
+        srv.port
+    );
+    println!("  module:   {} (git {revision})", module.display());
+    println!("  pinning:  {pinning}");
+    println!(
+        "  phases:   {CONNS} connections; each variant {ROUNDS} rounds interleaved with its \
+         baselines, {:.2}s warm-up + {:.2}s measured per round; contended {FEW_ROUNDS} rounds of \
+         {:.1}s per scheme, 6b {FEW_ROUNDS} rounds\n  ratios:   the median over rounds of each \
+         round's ratio to the baseline round next to it",
+        plan.warmup.as_secs_f64(),
+        plan.phase.as_secs_f64(),
+        plan.contended.as_secs_f64()
+    );
+    eprintln!();
+
+    if let Ok(which) = std::env::var("BENCH_PROFILE") {
+        profile(&srv, s, &plan, &which);
+        return;
+    }
+
+    // 1–3: uncontended.
+    let cycle = table(
+        &srv,
+        s,
+        &plan,
+        "1. Uncontended acquire+release cycle on random keys (op = 1 cycle)",
+        &[
+            (
+                "LOCK.ACQUIRE + LOCK.RELEASE",
+                "LOCK",
+                Op::LockCycle,
+                &[2, 1],
+            ),
+            ("SET NX PX + EVALSHA del (Lua)", "Lua", Op::LuaCycle, &[2]),
+            ("SET PX + DEL (floor)", "floor", Op::FloorCycle, &[]),
+        ],
+    );
+    let fenced = table(
+        &srv,
+        s,
+        &plan,
+        "2. Fenced cycle (op = 1 cycle that yields a fence)",
+        &[
+            (
+                "LOCK.ACQUIRE (fence) + LOCK.RELEASE",
+                "LOCK",
+                Op::LockCycle,
+                &[1],
+            ),
+            (
+                "EVALSHA SET NX PX+INCR, EVALSHA del",
+                "Lua fenced",
+                Op::LuaFencedCycle,
+                &[],
+            ),
+        ],
+    );
+    let acquire = table(
+        &srv,
+        s,
+        &plan,
+        "3a. Single command: acquire a fresh key (op = 1 command)",
+        &[
+            ("LOCK.ACQUIRE", "LOCK.ACQUIRE", Op::LockAcquire, &[1]),
+            ("SET NX PX", "SET NX PX", Op::SetNx, &[]),
+        ],
+    );
+    let read = table(
+        &srv,
+        s,
+        &plan,
+        "3b. Single command: read a held lock (op = 1 command)",
+        &[
+            ("LOCK.INFO", "LOCK.INFO", Op::LockInfo, &[1]),
+            ("GET", "GET", Op::Get, &[]),
+        ],
+    );
+
+    // 4: contended.
+    eprintln!("4. Contended");
+    let schemes: [(&'static str, &'static str, Contender); 4] = [
+        (
+            "LOCK.ACQUIRE WAIT 0 (blocking FIFO)",
+            "WAIT",
+            Contender::Wait,
+        ),
+        (
+            "SET NX PX, poll every 100 ms",
+            "100ms poll",
+            Contender::Poll(SLOW_POLL),
+        ),
+        (
+            "SET NX PX, poll every 1 ms",
+            "1ms poll",
+            Contender::Poll(FAST_POLL),
+        ),
+        ("SET NX PX + pub/sub wake-up", "pub/sub", Contender::PubSub),
+    ];
+    let mut contended: Vec<Option<Contended>> = schemes.iter().map(|_| None).collect();
+    for round in 0..FEW_ROUNDS {
+        let mut order: Vec<usize> = (0..schemes.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for i in order {
+            let (label, short, kind) = schemes[i];
+            let c = run_contended(&srv, s, &plan, label, short, kind);
+            match &mut contended[i] {
+                Some(sum) => sum.absorb(c),
+                slot => *slot = Some(c),
+            }
+        }
+    }
+    let contended: Vec<Contended> = contended.into_iter().flatten().collect();
+
+    // 5, 6.
+    let lease = run_lease_end(&srv, &plan);
+    let (memory, residual) = run_memory(&srv, &plan);
+    let held = run_held(&srv, s, &plan);
+
+    // Tables.
+    for t in [&cycle, &fenced, &acquire, &read] {
+        t.print();
+    }
+    print_contended(&contended);
+    println!(
+        "\n5. Lease-end hand-off: {}-ms lease never released, a waiter blocked with WAIT 0 \
+         ({} times; delay from lease deadline to grant, client clock)",
+        LEASE_TTL_MS, plan.lease_reps
+    );
+    println!(
+        "  p50 {}  p99 {}  max {}   (round trip of an acquire: p50 {})",
+        ms(lease.delays.value_at_quantile(0.5)),
+        ms(lease.delays.value_at_quantile(0.99)),
+        ms(lease.delays.max()),
+        ms(lease.rtt.value_at_quantile(0.5)),
+    );
+    if lease.early > 0 {
+        println!(
+            "  !! {} of {} grants came before send time + ttl, up to {} early: the lease ended \
+             before its ttl had passed since the server received the acquire",
+            lease.early,
+            plan.lease_reps,
+            ms(micros(lease.most_early))
+        );
+    }
+    println!(
+        "\n6a. Memory per held lock ({} locks, used_memory delta)",
+        thousands(plan.mem_locks as f64)
+    );
+    let string_bytes = memory[0].bytes_per_lock;
+    for m in &memory {
+        println!(
+            "  {:<36} {:>8.1} bytes/lock  {:.2}× string lock",
+            m.label,
+            m.bytes_per_lock,
+            m.bytes_per_lock / string_bytes
+        );
+    }
+    println!("  left after FLUSHALL of the module's locks: {residual:.1} bytes/lock (until their lease deadlines)");
+    held.print();
+
+    // Targets.
+    let lock_memory = memory[2].bytes_per_lock;
+    let wait = &contended[0];
+    let cycle_lock = cycle.find("LOCK.ACQUIRE + LOCK.RELEASE", 16);
+    let cycle_lua = cycle.find("SET NX PX + EVALSHA del (Lua)", 16);
+    let cycle_floor = cycle.find("SET PX + DEL (floor)", 16);
+    let fenced_lock = fenced.find("LOCK.ACQUIRE (fence) + LOCK.RELEASE", 16);
+    let fenced_lua = fenced.find("EVALSHA SET NX PX+INCR, EVALSHA del", 16);
+    let acq_lock = acquire.find("LOCK.ACQUIRE", 16);
+    let acq_set = acquire.find("SET NX PX", 16);
+    let thr = throughput_ratio;
+    let cpu = cpu_ratio;
+    let violations: u64 = contended.iter().map(|c| c.violations).sum();
+    let targets = vec![
+        target(
+            "cycle, batch 16, throughput vs floor",
+            thr(cycle_lock, cycle_floor),
+            ">=",
+            0.90,
+            "×",
+        ),
+        target(
+            "cycle, batch 16, server CPU/op vs floor",
+            cpu(cycle_lock, cycle_floor),
+            ">=",
+            0.90,
+            "×",
+        ),
+        target(
+            "cycle, batch 16, throughput vs Lua",
+            thr(cycle_lock, cycle_lua),
+            ">=",
+            1.7,
+            "×",
+        ),
+        target(
+            "cycle, batch 16, server CPU/op vs Lua",
+            cpu(cycle_lock, cycle_lua),
+            ">=",
+            1.7,
+            "×",
+        ),
+        target(
+            "fenced cycle, batch 16, throughput vs Lua fenced",
+            thr(fenced_lock, fenced_lua),
+            ">=",
+            3.0,
+            "×",
+        ),
+        target(
+            "fenced cycle, batch 16, server CPU/op vs Lua fenced",
+            cpu(fenced_lock, fenced_lua),
+            ">=",
+            3.0,
+            "×",
+        ),
+        target(
+            "LOCK.ACQUIRE, batch 16, throughput vs SET NX PX",
+            thr(acq_lock, acq_set),
+            ">=",
+            0.90,
+            "×",
+        ),
+        target(
+            "LOCK.ACQUIRE, batch 16, server CPU/op vs SET NX PX",
+            cpu(acq_lock, acq_set),
+            ">=",
+            0.90,
+            "×",
+        ),
+        target(
+            "contended hand-offs/s vs 1 ms poll",
+            wait.handoff_ratio(&contended[2]),
+            ">=",
+            3.0,
+            "×",
+        ),
+        target(
+            "contended hand-offs/s vs pub/sub",
+            wait.handoff_ratio(&contended[3]),
+            ">=",
+            150.0,
+            "×",
+        ),
+        target(
+            "contended fairness (Jain) with WAIT",
+            wait.fairness(),
+            ">=",
+            0.999,
+            "",
+        ),
+        target(
+            "contended exclusion violations (all schemes)",
+            violations as f64,
+            "<=",
+            0.0,
+            "",
+        ),
+        target(
+            "lease-end hand-off p99",
+            lease.delays.value_at_quantile(0.99) as f64 / 1000.0,
+            "<=",
+            5.0,
+            " ms",
+        ),
+        target(
+            "memory per held lock vs string lock",
+            lock_memory / string_bytes,
+            "<=",
+            1.3,
+            "×",
+        ),
+        target(
+            format!(
+                "cycle throughput, {} held vs {} held",
+                thousands(plan.many_held as f64),
+                thousands(plan.few_held as f64)
+            ),
+            held.ratios(1, 0).0,
+            ">=",
+            0.90,
+            "×",
+        ),
+    ];
+    println!("\nTargets (issue 4)");
+    for t in &targets {
+        println!(
+            "  {:<58} {:>9.3}{:<3} (goal {} {}{})  {}",
+            t.what,
+            t.measured,
+            t.unit,
+            if t.at_least { "≥" } else { "≤" },
+            t.goal,
+            t.unit,
+            if t.met() { "met" } else { "MISSED" }
+        );
+    }
+    let errors: u64 = [&cycle, &fenced, &acquire, &read, &held]
+        .iter()
+        .flat_map(|t| t.rows.iter().map(|r| r.m.errors))
+        .chain(contended.iter().map(|c| c.errors))
+        .sum();
+    if errors > 0 {
+        println!(
+            "\n!! {errors} unexpected replies (failed acquires/releases): see the err columns"
+        );
+    }
+    let total = began.elapsed();
+    println!("\nTotal run time: {:.0} s", total.as_secs_f64());
+
+    // JSON.
+    let unix = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let json = obj(vec![
+        ("generated_unix", unix.into()),
+        ("quick", plan.quick.into()),
+        (
+            "machine",
+            obj(vec![
+                ("cpu_model", model.into()),
+                ("cpus", (cpus as u64).into()),
+                ("shared_by_client_and_server", true.into()),
+                ("pinned", pinned.into()),
+                ("pinning", pinning.into()),
+            ]),
+        ),
+        ("redis_version", version.into()),
+        ("module_git", revision.into()),
+        ("connections", (CONNS as u64).into()),
+        ("warmup_seconds", plan.warmup.as_secs_f64().into()),
+        ("phase_seconds", plan.phase.as_secs_f64().into()),
+        ("rounds", (ROUNDS as u64).into()),
+        ("uncontended_cycle", cycle.json()),
+        ("fenced_cycle", fenced.json()),
+        ("single_acquire", acquire.json()),
+        ("single_read", read.json()),
+        (
+            "contended",
+            obj(vec![
+                ("clients", (CONTENDED_CLIENTS as u64).into()),
+                (
+                    "runs",
+                    Json::Arr(contended.iter().map(|c| c.json(&contended)).collect()),
+                ),
+            ]),
+        ),
+        (
+            "lease_end_handoff",
+            obj(vec![
+                ("ttl_ms", LEASE_TTL_MS.into()),
+                ("reps", (plan.lease_reps as u64).into()),
+                ("p50_us", lease.delays.value_at_quantile(0.5).into()),
+                ("p99_us", lease.delays.value_at_quantile(0.99).into()),
+                ("max_us", lease.delays.max().into()),
+                ("grants_before_deadline", lease.early.into()),
+                ("most_early_us", micros(lease.most_early).into()),
+                (
+                    "acquire_rtt_p50_us",
+                    lease.rtt.value_at_quantile(0.5).into(),
+                ),
+            ]),
+        ),
+        (
+            "memory",
+            obj(vec![
+                ("locks", (plan.mem_locks as u64).into()),
+                (
+                    "rows",
+                    Json::Arr(
+                        memory
+                            .iter()
+                            .map(|m| {
+                                obj(vec![
+                                    ("name", m.label.into()),
+                                    ("bytes_per_lock", m.bytes_per_lock.into()),
+                                    (
+                                        "ratio_to_string_lock",
+                                        (m.bytes_per_lock / string_bytes).into(),
+                                    ),
+                                ])
+                            })
+                            .collect(),
+                    ),
+                ),
+                ("left_after_flushall_bytes_per_lock", residual.into()),
+            ]),
+        ),
+        ("held_locks", held.json()),
+        (
+            "targets",
+            Json::Arr(
+                targets
+                    .iter()
+                    .map(|t| {
+                        obj(vec![
+                            ("what", t.what.as_str().into()),
+                            ("measured", t.measured.into()),
+                            ("goal", t.goal.into()),
+                            ("at_least", t.at_least.into()),
+                            ("met", t.met().into()),
+                        ])
+                    })
+                    .collect(),
+            ),
+        ),
+        ("unexpected_replies", errors.into()),
+        ("total_seconds", total.as_secs_f64().into()),
+    ]);
+    let mut out = String::new();
+    json.render(&mut out, 0);
+    out.push('\n');
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench-results.json");
+    fs::write(&path, out).expect("write bench-results.json");
+    println!("Results written to {}", path.display());
+}

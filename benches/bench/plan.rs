@@ -1,0 +1,81 @@
+//! Sizes, durations and the run plan (`BENCH_QUICK`).
+
+#[allow(unused_imports)]
+use crate::*;
+
+// Sizes and durations (the full run; BENCH_QUICK=1 divides them by about 10).
+
+/// Connections of the uncontended workloads (1, 2, 3, 6).
+pub(crate) const CONNS: usize = 4;
+/// Batch sizes (pipeline depths) of the uncontended workloads.
+pub(crate) const DEPTHS: [usize; 2] = [1, 16];
+/// Each variant of a throughput table runs this many times, interleaved with its baselines
+/// (A B C, C B A, A B C), so that drift of the machine hits all of them alike.
+pub(crate) const ROUNDS: usize = 5;
+/// Rounds of the contended schemes and of 6b (which loads a million locks per round).
+pub(crate) const FEW_ROUNDS: usize = 3;
+/// Measurement window of one round of a throughput phase, after its warm-up.
+pub(crate) const PHASE: Duration = Duration::from_secs(1);
+pub(crate) const WARMUP: Duration = Duration::from_millis(300);
+/// Lease of the uncontended workloads.
+pub(crate) const TTL_MS: u64 = 60_000;
+/// Lease of locks that must stay held for the rest of the run (memory, 1M held).
+pub(crate) const HOLD_TTL_MS: u64 = 600_000;
+/// Distinct lock names per connection in the cycle workloads (bounds the Lua fence keys).
+pub(crate) const KEYSPACE: u64 = 50_000;
+
+pub(crate) const CONTENDED_CLIENTS: usize = 20;
+pub(crate) const CONTENDED_RUN: Duration = Duration::from_secs(3);
+/// Lease in the contended workload: far longer than a hold, so it never runs out.
+pub(crate) const CONTENDED_TTL_MS: u64 = 10_000;
+pub(crate) const SLOW_POLL: Duration = Duration::from_millis(100);
+pub(crate) const FAST_POLL: Duration = Duration::from_millis(1);
+/// How long a pub/sub waiter waits for a message before it retries anyway. Redisson waits for
+/// the lock's remaining lease; a shorter fallback can only help this baseline.
+pub(crate) const PUBSUB_FALLBACK: Duration = Duration::from_millis(100);
+
+pub(crate) const LEASE_TTL_MS: u64 = 50;
+pub(crate) const LEASE_REPS: usize = 200;
+
+pub(crate) const MEM_LOCKS: usize = 200_000;
+pub(crate) const FEW_HELD: usize = 1_000;
+pub(crate) const MANY_HELD: usize = 1_000_000;
+/// Commands per pipeline when loading held locks.
+pub(crate) const LOAD_BATCH: usize = 1_000;
+
+pub(crate) const LUA_RELEASE: &str =
+    "if redis.call('get',KEYS[1])==ARGV[1] then return redis.call('del',KEYS[1]) else return 0 end";
+pub(crate) const LUA_FENCED_ACQUIRE: &str =
+    "if redis.call('set',KEYS[1],ARGV[1],'NX','PX',ARGV[2]) then \
+     return redis.call('incr',KEYS[2]) else return false end";
+pub(crate) const LUA_RELEASE_PUBLISH: &str = "if redis.call('get',KEYS[1])==ARGV[1] then \
+     redis.call('del',KEYS[1]) redis.call('publish',ARGV[2],'released') return 1 else return 0 end";
+
+/// The run's sizes, shrunk for `BENCH_QUICK=1`.
+pub(crate) struct Plan {
+    pub(crate) quick: bool,
+    pub(crate) phase: Duration,
+    pub(crate) warmup: Duration,
+    pub(crate) contended: Duration,
+    pub(crate) lease_reps: usize,
+    pub(crate) mem_locks: usize,
+    pub(crate) few_held: usize,
+    pub(crate) many_held: usize,
+}
+
+impl Plan {
+    pub(crate) fn from_env() -> Plan {
+        let quick = std::env::var("BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
+        let div = if quick { 10 } else { 1 };
+        Plan {
+            quick,
+            phase: PHASE / div,
+            warmup: WARMUP / div,
+            contended: CONTENDED_RUN / div,
+            lease_reps: LEASE_REPS / div as usize,
+            mem_locks: MEM_LOCKS / div as usize,
+            few_held: FEW_HELD,
+            many_held: MANY_HELD / div as usize,
+        }
+    }
+}

@@ -1,0 +1,53 @@
+//! `BENCH_PROFILE`: one workload, repeated for a profiler.
+
+#[allow(unused_imports)]
+use crate::*;
+
+/// `BENCH_PROFILE=lock|lua|floor|lua-fenced|acquire|setnx`: one op at batch 16, repeated for
+/// `BENCH_PROFILE_SECS` (default 20) so that `perf record -p <server pid>` or a before/after
+/// comparison can watch it. Prints the server's PID first.
+pub(crate) fn profile(srv: &Server, s: &Scripts, plan: &Plan, which: &str) {
+    let op = match which {
+        "lock" => Op::LockCycle,
+        "lua" => Op::LuaCycle,
+        "floor" => Op::FloorCycle,
+        "lua-fenced" => Op::LuaFencedCycle,
+        "acquire" => Op::LockAcquire,
+        "setnx" => Op::SetNx,
+        other => {
+            panic!("BENCH_PROFILE={other}: expected lock, lua, floor, lua-fenced, acquire or setnx")
+        }
+    };
+    let secs: u64 = std::env::var("BENCH_PROFILE_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    // BENCH_PROFILE_HELD=n: n long-held locks (or string locks) in place first, as in 6b.
+    let held: usize = std::env::var("BENCH_PROFILE_HELD")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    if held > 0 {
+        let mut con = srv.connect();
+        let hold = HOLD_TTL_MS.to_string();
+        let make = |i: usize, b: &mut Vec<u8>| {
+            let key = format!("held:{i:09}");
+            match op {
+                Op::LockCycle | Op::LockAcquire => {
+                    push_cmd(b, &["LOCK.ACQUIRE", &key, "holder", &hold])
+                }
+                _ => push_cmd(b, &["SET", &key, "holder", "NX", "PX", &hold]),
+            }
+        };
+        load(&mut con, 0..held, 1, make, |v| {
+            matches!(v, Value::Okay | Value::Int(_))
+        });
+    }
+    println!("server pid {}", srv.child.id());
+    let m = run_phase(srv, s, plan, Duration::from_secs(secs), (which, op, 16));
+    println!(
+        "{which}: {:.0} ops/s, server {:.3} µs CPU/op",
+        m.rate(),
+        m.cpu_us_per_op()
+    );
+}
