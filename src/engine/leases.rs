@@ -112,9 +112,14 @@ thread_local! {
     static DELETING: Cell<usize> = const { Cell::new(0) };
 }
 
+/// True while the engine itself deletes `lock`'s key (`remove_and_delete`).
+pub fn is_being_deleted(lock: &Lock) -> bool {
+    DELETING.get() == address(lock)
+}
+
 /// Removes a lock's entry; the type's free callback calls this before the memory goes.
 pub fn forget(lock: &Lock) {
-    if DELETING.get() == address(lock) {
+    if is_being_deleted(lock) {
         return; // taken out by `remove_and_delete`, which is deleting its key right now
     }
     update(address(lock), Some(lock.deadline()), None);

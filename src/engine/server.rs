@@ -180,11 +180,14 @@ thread_local! {
 /// The type's unlink callback: `lock` is leaving its key (deleted, replaced, moved away),
 /// on the main thread. Its waiters are answered.
 pub fn unlinked(lock: &Lock) {
-    UNLINKED.with_borrow_mut(|(db, key)| {
-        *db = lock.db();
-        key.clear();
-        key.extend_from_slice(lock.key());
-    });
+    // The engine's own delete (a release) is no eviction: only the server's are noted.
+    if !leases::is_being_deleted(lock) {
+        UNLINKED.with_borrow_mut(|(db, key)| {
+            *db = lock.db();
+            key.clear();
+            key.extend_from_slice(lock.key());
+        });
+    }
     if !anyone_waits() {
         return;
     }
