@@ -113,6 +113,15 @@ pub fn highwater(args: &[&[u8]]) -> Result<(u64, i64), LockError> {
     Ok((fence, saved_ms))
 }
 
+/// The fence of `LOCK.GUARD key fence command …`: a positive integer. (Any positive fence
+/// parses: one the lock never issued is refused by the check, not here.)
+pub fn guard_fence(fence: &[u8]) -> Result<u64, LockError> {
+    integer(fence)
+        .filter(|&f| f > 0)
+        .map(|f| f as u64)
+        .ok_or(LockError::NotAnInteger("fence"))
+}
+
 fn token_arg(token: &[u8]) -> Result<&[u8], LockError> {
     if token.is_empty() || token.len() > MAX_TOKEN_LEN {
         return Err(LockError::TokenLength);
@@ -161,6 +170,27 @@ fn integer(bytes: &[u8]) -> Option<i64> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_guard_fence_is_a_positive_integer() {
+        assert_eq!(guard_fence(b"1"), Ok(1));
+        assert_eq!(guard_fence(b"9007199254740991"), Ok(9_007_199_254_740_991));
+        for bad in [
+            &b"0"[..],
+            b"-1",
+            b"abc",
+            b"",
+            b"01",
+            b"+5",
+            b"18446744073709551616",
+        ] {
+            assert_eq!(
+                guard_fence(bad),
+                Err(LockError::NotAnInteger("fence")),
+                "{bad:?}"
+            );
+        }
+    }
+
     use super::*;
 
     const MAX: i64 = 86_400_000;

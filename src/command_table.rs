@@ -39,50 +39,67 @@ struct Arg {
     kind: raw::RedisModuleCommandArgType,
     /// The keyword that introduces the argument (`WAIT`), if any.
     token: Option<&'static CStr>,
-    optional: bool,
+    /// `REDISMODULE_CMD_ARG_OPTIONAL`, `…_MULTIPLE`.
+    flags: u32,
 }
+
+const OPTIONAL: u32 = raw::REDISMODULE_CMD_ARG_OPTIONAL;
+const MULTIPLE: u32 = raw::REDISMODULE_CMD_ARG_MULTIPLE;
 
 const KEY: Arg = Arg {
     name: c"key",
     kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY,
     token: None,
-    optional: false,
+    flags: 0,
 };
 const TOKEN: Arg = Arg {
     name: c"token",
     kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
     token: None,
-    optional: false,
+    flags: 0,
 };
 const TTL: Arg = Arg {
     name: c"ttl",
     kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
     token: None,
-    optional: false,
+    flags: 0,
 };
 const WAIT: Arg = Arg {
     name: c"timeout",
     kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
     token: Some(c"WAIT"),
-    optional: true,
+    flags: OPTIONAL,
 };
 const DEADLINE: Arg = Arg {
     name: c"deadline",
     kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_UNIX_TIME,
     token: None,
-    optional: false,
+    flags: 0,
 };
 const SAVED_AT: Arg = Arg {
     name: c"saved_at",
     kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_UNIX_TIME,
     token: None,
-    optional: false,
+    flags: 0,
 };
 const FENCE: Arg = Arg {
     name: c"fence",
     kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
     token: None,
-    optional: false,
+    flags: 0,
+};
+
+const COMMAND: Arg = Arg {
+    name: c"command",
+    kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
+    token: None,
+    flags: 0,
+};
+const ARG: Arg = Arg {
+    name: c"arg",
+    kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
+    token: None,
+    flags: OPTIONAL | MULTIPLE,
 };
 
 const RO: u32 = raw::REDISMODULE_CMD_KEY_RO;
@@ -91,10 +108,12 @@ const OW: u32 = raw::REDISMODULE_CMD_KEY_OW;
 const ACCESS: u32 = raw::REDISMODULE_CMD_KEY_ACCESS;
 const UPDATE: u32 = raw::REDISMODULE_CMD_KEY_UPDATE;
 const DELETE: u32 = raw::REDISMODULE_CMD_KEY_DELETE;
+/// The key's flags depend on the arguments: the server asks the command (`getkeys-api`).
+const VARIABLE: u32 = raw::REDISMODULE_CMD_KEY_VARIABLE_FLAGS;
 
 /// Every command but `LOCK.HIGHWATER` has its key at position 1 (first key 1, last key 1,
 /// step 1).
-const COMMANDS: [Command; 7] = [
+const COMMANDS: [Command; 8] = [
     Command {
         name: c"lock.acquire",
         flags: c"write deny-oom fast blocking",
@@ -146,6 +165,19 @@ const COMMANDS: [Command; 7] = [
         handler: commands::info,
     },
     Command {
+        name: c"lock.guard",
+        // Not `deny-oom`: the guarded command's own flag decides, when it runs. Not `fast`:
+        // it runs whatever it guards. `getkeys-api`: the guarded command's keys are
+        // declared too (see guard.rs).
+        flags: c"write getkeys-api",
+        arity: -4,
+        key_flags: RO | ACCESS | VARIABLE,
+        args: &[KEY, FENCE, COMMAND, ARG],
+        summary: c"Runs a command only while the fence is the current fence of an exclusive, unexpired hold of the lock",
+        complexity: c"O(1) plus the guarded command's complexity",
+        handler: commands::guard,
+    },
+    Command {
         name: c"lock.apply",
         flags: c"write",
         arity: 5,
@@ -171,13 +203,14 @@ const COMMANDS: [Command; 7] = [
 /// module categories (7.4 and later).
 const CATEGORY: &CStr = c"lock";
 
-/// The longest argument vector passed without a heap allocation; no valid call is longer.
+/// The longest argument vector passed without a heap allocation: every call but a
+/// `LOCK.GUARD` of a long command.
 const INLINE_ARGS: usize = 8;
 
 /// Registers every command with its flags, info and (where the server has the API) ACL
 /// category.
 pub fn register(ctx: &Context) -> Result<(), String> {
-    let entries: [raw::RedisModuleCmdFunc; 7] = [
+    let entries: [raw::RedisModuleCmdFunc; 8] = [
         Some(entry::<0>),
         Some(entry::<1>),
         Some(entry::<2>),
@@ -185,6 +218,7 @@ pub fn register(ctx: &Context) -> Result<(), String> {
         Some(entry::<4>),
         Some(entry::<5>),
         Some(entry::<6>),
+        Some(entry::<7>),
     ];
     for (command, entry) in COMMANDS.iter().zip(entries) {
         let name = command.name.to_string_lossy();
@@ -246,11 +280,7 @@ fn raw_arg(arg: Option<&Arg>) -> raw::RedisModuleCommandArg {
             } else {
                 -1
             },
-            if a.optional {
-                raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int
-            } else {
-                0
-            },
+            a.flags as c_int,
         ),
         // The terminating entry: a NULL name.
         None => (ptr::null(), 0, ptr::null(), -1, 0),

@@ -9,7 +9,9 @@ use crate::clock;
 use crate::config;
 use crate::engine::{self, Acquired};
 use crate::error::LockError;
+use crate::guard;
 use crate::keyspace::{selected_db, LockKey};
+use crate::stats;
 
 /// The time this command judges leases by (see `clock::now_for`).
 fn now(ctx: &Context) -> clock::Now {
@@ -140,6 +142,26 @@ pub fn info(ctx: &Context, args: &[RedisString]) -> RedisResult {
         raw::reply_with_string_buffer(ctx.ctx, name.as_ptr().cast(), name.len());
         ctx.reply(Ok(value));
     }
+    Ok(RedisValue::NoReply)
+}
+
+/// `LOCK.GUARD key fence command [arg ...]`: the command's own reply, if `fence` guards the
+/// lock; asked for its keys, the lock key and the command's.
+pub fn guard(ctx: &Context, args: &[RedisString]) -> RedisResult {
+    if ctx.is_keys_position_request() {
+        guard::declare_keys(ctx, args);
+        return Ok(RedisValue::NoReply);
+    }
+    let [_, key, fence, inner @ ..] = args else {
+        return Err(LockError::Arity.into());
+    };
+    let fence = args::guard_fence(fence.as_slice())?;
+    guard::check(ctx, inner)?;
+    engine::guard(ctx, key, fence, now(ctx))?;
+    if guard::run(ctx, inner)? {
+        stats::GUARDED_RUNS.bump();
+    }
+    // `run` passed the command's reply on.
     Ok(RedisValue::NoReply)
 }
 

@@ -7,6 +7,7 @@ use std::fmt;
 use redis_module::RedisError;
 
 use crate::fence::FenceError;
+use crate::lock::Fenced;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LockError {
@@ -33,6 +34,24 @@ pub enum LockError {
     BadInternal(&'static str, &'static str),
     /// No fence could be issued (see `fence.rs`).
     Fence(FenceError),
+    /// `LOCK.GUARD` found that its fence does not guard the lock.
+    Fenced(Fenced),
+    /// `LOCK.GUARD` will not run this command (its name as the client spelled it).
+    Unguardable(String, Unguardable),
+    /// The caller's ACL does not let it run `LOCK.GUARD`'s command (its name).
+    GuardNoPerm(String),
+}
+
+/// Why `LOCK.GUARD` refuses a command before looking at the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unguardable {
+    Unknown,
+    Arity,
+    Blocks,
+    /// Flagged `noscript`: `MULTI`, `EXEC`, `WATCH`, the subscribe commands, `EVAL`…
+    NotInScripts,
+    /// `LOCK.*`: a guarded lock command would take or check locks under another lock.
+    LockCommand,
 }
 
 impl From<FenceError> for LockError {
@@ -64,6 +83,29 @@ impl fmt::Display for LockError {
             ),
             LockError::BadInternal(command, what) => write!(f, "ERR {command}: bad {what}"),
             LockError::Fence(e) => e.fmt(f),
+            LockError::Fenced(why) => f.write_str(match why {
+                Fenced::NotHeld => "FENCED the lock is not held",
+                Fenced::Newer => "FENCED the lock is held under a newer fence",
+                Fenced::Older => "FENCED the lock is held under an older fence",
+            }),
+            LockError::Unguardable(name, why) => {
+                f.write_str("ERR LOCK.GUARD: ")?;
+                match why {
+                    Unguardable::Unknown => write!(f, "unknown command '{name}'"),
+                    Unguardable::Arity => write!(f, "wrong number of arguments for '{name}'"),
+                    Unguardable::Blocks => write!(f, "'{name}' blocks and cannot be guarded"),
+                    Unguardable::NotInScripts => {
+                        write!(f, "'{name}' cannot be guarded: scripts may not run it")
+                    }
+                    Unguardable::LockCommand => {
+                        write!(f, "'{name}' cannot be guarded: it is a LOCK command")
+                    }
+                }
+            }
+            LockError::GuardNoPerm(name) => write!(
+                f,
+                "NOPERM LOCK.GUARD: this user has no permissions to run '{name}' or to touch its keys"
+            ),
         }
     }
 }
@@ -99,11 +141,19 @@ mod tests {
             LockError::BadInternal("LOCK.APPLY", "fence"),
             LockError::Fence(FenceError::RateLimited),
             LockError::Fence(FenceError::Exhausted),
+            LockError::Fenced(Fenced::NotHeld),
+            LockError::Fenced(Fenced::Newer),
+            LockError::Fenced(Fenced::Older),
+            LockError::Unguardable("blpop".into(), Unguardable::Blocks),
+            LockError::GuardNoPerm("set".into()),
         ];
         for e in all {
             let s = e.to_string();
             let code = s.split(' ').next().unwrap();
-            assert!(matches!(code, "ERR" | "WRONGTYPE" | "TRYAGAIN"), "{s}");
+            assert!(
+                matches!(code, "ERR" | "WRONGTYPE" | "TRYAGAIN" | "FENCED" | "NOPERM"),
+                "{s}"
+            );
         }
     }
 

@@ -15,12 +15,13 @@ use redis_module_macros::{
 use crate::blocked::{self, Handle};
 use crate::engine::{self, Arrival, Reply};
 use crate::keyspace::{self, selected_db};
-use crate::{replication, stats};
+use crate::{guard, replication, stats};
 
 /// Subscribes to what the crate has no handler list for: `FLUSHDB` (with the database it
-/// flushes), `SWAPDB`, `FORK_CHILD`, and the keyspace events that move a key or evict it.
+/// flushes), `SWAPDB`, `FORK_CHILD`, modules loaded and unloaded, and the keyspace events
+/// that move a key or evict it.
 pub fn subscribe(ctx: &Context) -> Result<(), &'static str> {
-    let events: [(u64, raw::RedisModuleEventCallback, &str); 4] = [
+    let events: [(u64, raw::RedisModuleEventCallback, &str); 5] = [
         (raw::REDISMODULE_EVENT_FLUSHDB, Some(on_flush), "FLUSHDB"),
         (
             raw::REDISMODULE_EVENT_PERSISTENCE,
@@ -32,6 +33,11 @@ pub fn subscribe(ctx: &Context) -> Result<(), &'static str> {
             raw::REDISMODULE_EVENT_FORK_CHILD,
             Some(on_fork),
             "FORK_CHILD",
+        ),
+        (
+            raw::REDISMODULE_EVENT_MODULE_CHANGE,
+            Some(on_module_change),
+            "MODULE_CHANGE",
         ),
     ];
     for (id, callback, _name) in events {
@@ -259,6 +265,16 @@ unsafe extern "C" fn on_disconnect(
     engine::blocked_client_left(&Context::new(ctx), Handle::from_raw(bc));
 }
 
+/// A module was loaded or unloaded: the commands `LOCK.GUARD` may run can have changed.
+unsafe extern "C" fn on_module_change(
+    _ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    _subevent: u64,
+    _data: *mut c_void,
+) {
+    guard::forget_commands();
+}
+
 /// `INFO lock`: the module's default section, so its fields read `lock_held`, `lock_acquires`…
 #[info_command_handler]
 fn info_section(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
@@ -274,6 +290,8 @@ fn info_section(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         ("grants", stats::GRANTS.get()),
         ("wait_timeouts", stats::WAIT_TIMEOUTS.get()),
         ("evictions", stats::EVICTIONS.get()),
+        ("guarded_runs", stats::GUARDED_RUNS.get()),
+        ("guarded_refusals", stats::GUARDED_REFUSALS.get()),
         // 0 on a master with no replica, backlog or AOF (see replication.rs).
         ("propagating", i64::from(replication::stream_is_read())),
     ];

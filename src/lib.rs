@@ -26,6 +26,7 @@ mod engine;
 mod error;
 mod events;
 mod fence;
+mod guard;
 mod keyspace;
 mod lock;
 mod persistence;

@@ -40,6 +40,11 @@ pub static WAIT_TIMEOUTS: Counter = Counter::new();
 /// Locks the server evicted (`maxmemory` with an `allkeys-*` policy).
 pub static EVICTIONS: Counter = Counter::new();
 
+/// `LOCK.GUARD` calls whose command ran (whatever it replied).
+pub static GUARDED_RUNS: Counter = Counter::new();
+/// `LOCK.GUARD` calls refused with `FENCED`.
+pub static GUARDED_REFUSALS: Counter = Counter::new();
+
 /// Lock values in memory: created by acquire, load, restore, copy; freed with their key.
 static LOCKS: AtomicI64 = AtomicI64::new(0);
 

@@ -990,6 +990,8 @@ fn command_info_flags_and_key_positions() {
         ("lock.extend", without_oom, false),
         ("lock.fence", without_oom, false),
         ("lock.info", &["readonly", "fast"][..], false),
+        // Not denyoom: the guarded command's own flag decides (README, LOCK.GUARD).
+        ("lock.guard", &["write", "movablekeys"][..], false),
     ];
     for (name, want, denyoom) in cases {
         let v = cmd!(&mut c, "COMMAND", "INFO", name).unwrap();
@@ -1057,6 +1059,7 @@ fn command_info_arity_and_command_docs() {
         ("lock.extend", 4),
         ("lock.fence", 3),
         ("lock.info", 2),
+        ("lock.guard", -4),
     ] {
         match cmd!(&mut c, "COMMAND", "INFO", name) {
             Ok(Value::Array(items)) => match items.first() {

@@ -1,6 +1,7 @@
 //! A seeded fuzz of malformed argument vectors to every LOCK.* command: the server stays up,
 //! every reply is an error with a code or a valid reply, and a lock the fuzz has no token for
-//! never changes.
+//! never changes. `LOCK.GUARD` calls carry that lock's fence half the time, with guarded
+//! commands (some refused, some not) whose arguments never name it.
 //!
 //! `FUZZ_SEED=<n>` replays a run; `FUZZ_COMMANDS=<n>` changes its length.
 
@@ -22,9 +23,42 @@ const COMMANDS: &[&str] = &[
     "LOCK.FENCE",
     "LOCK.INFO",
     "LOCK.APPLY",
+    "LOCK.GUARD",
     "lock.acquire",
     "Lock.Fence",
+    "lock.guard",
 ];
+
+/// The fence of the lock at `GUARD_KEY`, once the test has it.
+static GUARD_FENCE: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+
+/// What `LOCK.GUARD` is asked to run: commands it runs, and ones it refuses.
+const GUARDED: &[&str] = &[
+    "SET",
+    "GET",
+    "INCR",
+    "HSET",
+    "DEL",
+    "set",
+    "BLPOP",
+    "XREAD",
+    "MULTI",
+    "EXEC",
+    "SUBSCRIBE",
+    "EVAL",
+    "LOCK.RELEASE",
+    "LOCK.GUARD",
+    "lock.acquire",
+    "NOSUCH",
+    "",
+];
+
+/// An argument of a guarded command, which may create a key of any type: kept out of the
+/// names the fuzz uses for locks (and of the key whose value it checks) by a prefix, which
+/// `argv` also puts on any argument damage leaves there.
+fn guarded_arg(rng: &mut StdRng) -> Vec<u8> {
+    [&b"g:"[..], &any_arg(rng)].concat()
+}
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -146,6 +180,16 @@ fn argv(rng: &mut StdRng) -> Vec<Vec<u8>> {
                 a.push(number(rng));
                 a.push(number(rng));
             }
+            "LOCK.GUARD" => {
+                match GUARD_FENCE.get() {
+                    Some(f) if rng.gen_bool(0.5) => a.push(f.to_string().into_bytes()),
+                    _ => a.push(number(rng)),
+                }
+                a.push(GUARDED[rng.gen_range(0..GUARDED.len())].into());
+                for _ in 0..rng.gen_range(0..4) {
+                    a.push(guarded_arg(rng));
+                }
+            }
             _ => {}
         }
         // Damage: drop, add or replace an argument.
@@ -163,6 +207,14 @@ fn argv(rng: &mut StdRng) -> Vec<Vec<u8>> {
         }
     }
     defuse_waits(&mut a);
+    if a[0].eq_ignore_ascii_case(b"LOCK.GUARD") {
+        // Damage may have put any argument after the guarded command's name.
+        for arg in a.iter_mut().skip(4) {
+            if !arg.starts_with(b"g:") {
+                *arg = [&b"g:"[..], arg].concat();
+            }
+        }
+    }
     a
 }
 
@@ -192,11 +244,13 @@ fn check_reply(args: &[Vec<u8>], r: &Result<Value, String>) {
     match r {
         Err(e) => {
             let code = e.split(' ').next().unwrap_or("");
+            let guard = name == "LOCK.GUARD";
             assert!(
-                code == "ERR" || code == "WRONGTYPE",
+                code == "ERR" || code == "WRONGTYPE" || (guard && code == "FENCED"),
                 "{shown:?}: error without a proper code: {e:?}"
             );
-            if code == "WRONGTYPE" {
+            // A guarded command may meet a lock key of the fuzz's.
+            if code == "WRONGTYPE" && !guard {
                 assert_eq!(args[1], b"str", "{shown:?}: WRONGTYPE on a lock key: {e:?}");
             }
         }
@@ -218,9 +272,24 @@ fn check_reply(args: &[Vec<u8>], r: &Result<Value, String>) {
                 }
             }
             "LOCK.APPLY" => panic!("{shown:?}: LOCK.APPLY accepted from a client: {v:?}"),
+            // Whatever the guarded command replies.
+            "LOCK.GUARD" => {}
             _ => unreachable!(),
         },
     }
+}
+
+fn info_field(c: &mut redis::Connection, field: &str) -> u64 {
+    let text: String = redis::cmd("INFO").arg("lock").query(c).unwrap();
+    text.lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix(field)?
+                .strip_prefix(':')?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("INFO lock has no {field}:\n{text}"))
 }
 
 #[test]
@@ -234,6 +303,7 @@ fn fuzz_malformed_arguments() {
     let mut c = s.conn();
     cmd!(&mut c, "SET", "str", "v").unwrap();
     let guard_fence = acquire(&mut c, GUARD_KEY, GUARD_TOKEN, 600_000).unwrap();
+    GUARD_FENCE.set(guard_fence).unwrap();
     let mut last = info(&mut c, GUARD_KEY);
     let mut last_at = Instant::now();
     let started = Instant::now();
@@ -266,6 +336,13 @@ fn fuzz_malformed_arguments() {
         );
     }
     println!("{oks} valid replies, {errs} error replies");
+    let runs = info_field(&mut c, "lock_guarded_runs");
+    let refusals = info_field(&mut c, "lock_guarded_refusals");
+    println!("{runs} guarded commands ran, {refusals} refused by their fence");
+    assert!(
+        runs > 0 && refusals > 0,
+        "degenerate fuzz: {runs} guarded runs, {refusals} refusals"
+    );
     // The generator must exercise both paths to mean anything.
     assert!(
         oks > n / 20 && errs > n / 20,

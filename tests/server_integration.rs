@@ -16,7 +16,7 @@ use redis::{Connection, Value};
 /// Wider than any lease a test waits out, narrower than a hang.
 const LEASE_WAIT: Duration = Duration::from_secs(5);
 
-const COUNTERS: [&str; 9] = [
+const COUNTERS: [&str; 11] = [
     "acquires",
     "contended_acquires",
     "releases",
@@ -26,6 +26,8 @@ const COUNTERS: [&str; 9] = [
     "grants",
     "wait_timeouts",
     "evictions",
+    "guarded_runs",
+    "guarded_refusals",
 ];
 const GAUGES: [&str; 2] = ["held", "waiting_clients"];
 /// A state, 0 or 1 (tests/propagation.rs follows it).

@@ -27,7 +27,7 @@ pub mod waiters;
 
 // The adapters' entry points.
 pub use handoff::{aof_rewrite_started, highwater, on_cron};
-pub use ops::{acquire, apply, extend, fence, is_replay, queued_at, release, Acquired};
+pub use ops::{acquire, apply, extend, fence, guard, is_replay, queued_at, release, Acquired};
 pub use server::{
     blocked_client_left, deliver, demoted, evicted, flushed, relocated, swapped,
     unblocked_by_client, unlinked, Arrival,

@@ -16,7 +16,7 @@ use crate::clock::{self, Now};
 use crate::config;
 use crate::error::LockError;
 use crate::keyspace::{selected_db, signal_modified, LockKey};
-use crate::lock::{Acquire, Lock};
+use crate::lock::{Acquire, Fenced, Lock};
 use crate::propagate::TokenArg;
 use crate::replication;
 use crate::stats::{self, Event};
@@ -289,6 +289,21 @@ fn by_holder<R>(
         let propagation = Propagation::of_command(token_arg);
         e.changed(ctx, name, lock, propagation, Some(indexed), now, event);
         Ok(Some(r))
+    })
+}
+
+/// `LOCK.GUARD`'s check, which changes nothing: whether `fence` guards the lock at `name`
+/// (see `Lock::guards`). The key is closed again before the guarded command runs, which may
+/// delete or replace it.
+pub fn guard(ctx: &Context, name: &RedisString, fence: u64, now: Now) -> Result<(), LockError> {
+    let mut key = LockKey::open_read(ctx, name);
+    let verdict = match key.lock()? {
+        Some(lock) => lock.guards(fence, now),
+        None => Err(Fenced::NotHeld),
+    };
+    verdict.map_err(|why| {
+        stats::GUARDED_REFUSALS.bump();
+        LockError::Fenced(why)
     })
 }
 

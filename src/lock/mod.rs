@@ -49,6 +49,18 @@ pub struct Info<'a> {
     pub ttl: i64,
 }
 
+/// Why `LOCK.GUARD` refuses to run its command (see the README's *Guarded writes*).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fenced {
+    /// Nobody holds the lock: its lease ended, or it was released.
+    NotHeld,
+    /// The hold was given a newer fence than the one presented, or a newer hold began.
+    Newer,
+    /// The fence presented is newer than the hold's: it was never issued to this hold (a
+    /// master that failed over before it could replicate the fence, for one).
+    Older,
+}
+
 /// The flag bit of `key_len` (key names are at most 512 MB, far below 2^31 bytes).
 const REPLICA_WRITE: u32 = 1 << 31;
 
@@ -272,6 +284,19 @@ impl Lock {
         Ok(Some(self.fence))
     }
 
+    /// Whether `fence` is the fence of a hold that has not ended, which `LOCK.GUARD`
+    /// requires before it runs anything.
+    pub fn guards(&self, fence: u64, now: Now) -> Result<(), Fenced> {
+        if !self.is_held(now) {
+            return Err(Fenced::NotHeld);
+        }
+        match fence.cmp(&self.fence) {
+            std::cmp::Ordering::Equal => Ok(()),
+            std::cmp::Ordering::Less => Err(Fenced::Newer),
+            std::cmp::Ordering::Greater => Err(Fenced::Older),
+        }
+    }
+
     pub fn info(&self, now: Now) -> Info<'_> {
         let held = self.is_held(now);
         // Rounded up: a lease still held never reads as 0 ms left.
@@ -294,223 +319,4 @@ impl Lock {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The clocks `ms` milliseconds into a test.
-    fn at(ms: u64) -> Now {
-        Now {
-            mono: ms * 1000,
-            wall_us: (1_764_000_000_000 + ms as i64) * 1000,
-        }
-    }
-
-    fn at_us(us: u64) -> Now {
-        Now {
-            mono: us,
-            wall_us: 1_764_000_000_000_000 + us as i64,
-        }
-    }
-
-    fn fresh(token: &[u8], ttl: u64, now: Now, f: &mut FenceIssuer) -> (Lock, u64) {
-        Lock::acquired(b"key", 0, token, ttl, now, f).unwrap()
-    }
-
-    #[test]
-    fn acquire_is_exclusive_until_the_lease_ends() {
-        let mut f = FenceIssuer::default();
-        let (mut lock, first) = fresh(b"a", 100, at(0), &mut f);
-        assert_eq!(
-            lock.acquire(b"b", 100, at(50), &mut f).unwrap(),
-            Acquire::Busy
-        );
-        assert_eq!(
-            lock.acquire(b"b", 100, at(99), &mut f).unwrap(),
-            Acquire::Busy
-        );
-        match lock.acquire(b"b", 100, at(100), &mut f).unwrap() {
-            Acquire::Granted(second) => assert!(second > first),
-            other => panic!("{other:?}"),
-        }
-        assert_eq!(lock.info(at(150)).holder, Some(&b"b"[..]));
-    }
-
-    #[test]
-    fn a_retried_acquire_renews_with_the_same_fence() {
-        let mut f = FenceIssuer::default();
-        let (mut lock, fence) = fresh(b"a", 100, at(0), &mut f);
-        assert_eq!(
-            lock.acquire(b"a", 500, at(90), &mut f).unwrap(),
-            Acquire::Renewed(fence)
-        );
-        assert_eq!(lock.info(at(90)).ttl, 500);
-    }
-
-    #[test]
-    fn the_same_token_after_its_lease_ended_gets_a_new_fence() {
-        let mut f = FenceIssuer::default();
-        let (mut lock, fence) = fresh(b"a", 100, at(0), &mut f);
-        assert!(
-            matches!(lock.acquire(b"a", 100, at(100), &mut f).unwrap(), Acquire::Granted(n) if n > fence)
-        );
-    }
-
-    #[test]
-    fn release_only_by_the_holder() {
-        let mut f = FenceIssuer::default();
-        let (mut lock, _) = fresh(b"a", 100, at(0), &mut f);
-        assert!(!lock.release(b"b", at(10)));
-        assert!(lock.is_held(at(10)));
-        assert!(lock.release(b"a", at(10)));
-        assert!(!lock.is_held(at(10)));
-        assert!(!lock.release(b"a", at(10)));
-    }
-
-    #[test]
-    fn release_after_the_lease_ended_is_refused() {
-        let mut f = FenceIssuer::default();
-        let (mut lock, _) = fresh(b"a", 100, at(0), &mut f);
-        assert!(!lock.release(b"a", at(100)));
-    }
-
-    #[test]
-    fn extend_moves_the_deadline_and_never_acquires() {
-        let mut f = FenceIssuer::default();
-        let (mut lock, fence) = fresh(b"a", 100, at(0), &mut f);
-        assert!(lock.extend(b"a", 1000, at(50)));
-        assert_eq!(lock.info(at(50)).ttl, 1000);
-        assert!(!lock.extend(b"b", 1000, at(60)));
-        assert!(!lock.extend(b"a", 1000, at(1050)));
-        assert_eq!(lock.info(at(1050)).holder, None);
-        assert_eq!(lock.fence(), fence);
-    }
-
-    #[test]
-    fn fence_is_new_and_larger_for_the_holder_only() {
-        let mut f = FenceIssuer::default();
-        let (mut lock, first) = fresh(b"a", 100, at(0), &mut f);
-        let second = lock.new_fence(b"a", at(1), &mut f).unwrap().unwrap();
-        assert!(second > first);
-        assert_eq!(lock.new_fence(b"b", at(2), &mut f).unwrap(), None);
-        assert_eq!(lock.new_fence(b"a", at(100), &mut f).unwrap(), None);
-        assert_eq!(lock.fence(), second);
-    }
-
-    #[test]
-    fn info_reports_the_lease() {
-        let mut f = FenceIssuer::default();
-        let (lock, fence) = fresh(b"a", 100, at(0), &mut f);
-        assert_eq!(
-            lock.info(at(30)),
-            Info {
-                holder: Some(&b"a"[..]),
-                fence,
-                ttl: 70,
-            }
-        );
-        assert_eq!(
-            lock.info(at(100)),
-            Info {
-                holder: None,
-                fence,
-                ttl: -1,
-            }
-        );
-    }
-
-    #[test]
-    fn fences_never_go_backwards_across_keys_and_time() {
-        let mut f = FenceIssuer::default();
-        let mut seen = 0;
-        for round in 0..50u64 {
-            let (mut lock, fence) = fresh(b"a", 10, at(round * 20), &mut f);
-            assert!(fence > seen);
-            seen = fence;
-            let next = lock
-                .new_fence(b"a", at(round * 20 + 1), &mut f)
-                .unwrap()
-                .unwrap();
-            assert!(next > seen);
-            seen = next;
-        }
-    }
-
-    #[test]
-    fn a_withdrawn_grant_frees_the_lock_unless_it_moved_on() {
-        let mut f = FenceIssuer::default();
-        let (mut lock, _) = fresh(b"a", 10, at(0), &mut f);
-        let g1 = lock.grant(b"w1", 100, at(10), &mut f).unwrap();
-        assert!(!lock.withdraw(b"w1", g1 - 1, at(11)), "another fence");
-        assert!(!lock.withdraw(b"w2", g1, at(11)), "another token");
-        assert!(lock.withdraw(b"w1", g1, at(11)));
-        assert!(!lock.is_held(at(11)));
-        let g2 = lock.grant(b"w2", 100, at(12), &mut f).unwrap();
-        assert!(g2 > g1);
-        assert!(
-            !lock.withdraw(b"w1", g1, at(13)),
-            "a stale withdrawal changes nothing"
-        );
-        assert_eq!(lock.info(at(13)).holder, Some(&b"w2"[..]));
-    }
-
-    #[test]
-    fn a_lease_never_ends_before_its_ttl_to_the_microsecond() {
-        let mut f = FenceIssuer::default();
-        let (lock, _) = fresh(b"a", 50, at_us(1_999), &mut f);
-        assert!(lock.is_held(at_us(51_998)));
-        assert!(!lock.is_held(at_us(51_999)));
-        assert_eq!(lock.info(at_us(51_998)).ttl, 1, "rounded up while held");
-    }
-
-    #[test]
-    fn the_lock_knows_its_key_and_token_apart() {
-        let mut f = FenceIssuer::default();
-        let (mut lock, _) = Lock::acquired(b"orders:1", 3, b"tok", 10, at(0), &mut f).unwrap();
-        assert_eq!(
-            (lock.key(), lock.token(), lock.db()),
-            (&b"orders:1"[..], &b"tok"[..], 3)
-        );
-        lock.relocate(b"o", 4);
-        assert_eq!(
-            (lock.key(), lock.token(), lock.db()),
-            (&b"o"[..], &b"tok"[..], 4)
-        );
-        lock.set_replica_write(true);
-        lock.relocate(b"longer-name", 4);
-        assert!(lock.is_replica_write());
-        assert_eq!(
-            (lock.key(), lock.token()),
-            (&b"longer-name"[..], &b"tok"[..])
-        );
-        lock.overwrite(b"tok", lock.deadline(), lock.fence());
-        assert!(!lock.is_replica_write(), "a master's state is the master's");
-        lock.relocate(b"o", 4);
-        assert!(matches!(
-            lock.acquire(b"longer-token", 10, at(20), &mut f).unwrap(),
-            Acquire::Granted(_)
-        ));
-        assert_eq!(
-            (lock.key(), lock.token()),
-            (&b"o"[..], &b"longer-token"[..])
-        );
-        let copy = lock.copied_to(b"copy", 5);
-        assert_eq!(
-            (copy.key(), copy.db(), copy.token(), copy.fence()),
-            (&b"copy"[..], 5, &b"longer-token"[..], lock.fence())
-        );
-    }
-
-    #[test]
-    fn short_names_live_inline_and_long_ones_on_the_heap() {
-        let mut f = FenceIssuer::default();
-        let uuid = b"3f0c9a2e-8d1b-4c4e-9a57-1d2b3c4d5e6f";
-        let (short, _) = Lock::acquired(b"orders:12345678", 0, uuid, 10, at(0), &mut f).unwrap();
-        assert!(matches!(short.names, Names::Inline(..)));
-        assert_eq!(std::mem::size_of::<Lock>(), 88);
-        let long_token = [7u8; 256];
-        let (long, _) = Lock::acquired(b"k", 0, &long_token, 10, at(0), &mut f).unwrap();
-        assert!(matches!(long.names, Names::Heap(_)));
-        assert_eq!((long.key(), long.token()), (&b"k"[..], &long_token[..]));
-        assert_eq!(long.heap_size(), 88 + 257);
-    }
-}
+mod tests;
