@@ -17,6 +17,7 @@
 //!   the command — and only it — to replicas and the AOF (`!`).
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::os::raw::{c_char, c_int};
 use std::sync::Mutex;
 
@@ -33,7 +34,33 @@ struct Class {
 }
 
 /// Commands already asked about, by lowercased name.
-static CLASSES: Mutex<Option<HashMap<Box<[u8]>, Class>>> = Mutex::new(None);
+static CLASSES: Mutex<Option<Classes>> = Mutex::new(None);
+
+type Classes = HashMap<Box<[u8]>, Class, BuildHasherDefault<Fnv>>;
+
+/// FNV-1a rather than SipHash: the table is looked up on every guarded call, and only the
+/// server's own command names are ever inserted, so there is nothing for a hash-flooding
+/// client to fill.
+#[derive(Default)]
+struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for &b in bytes {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
 
 /// Forgets what was learned of commands: a module was loaded or unloaded.
 pub fn forget_commands() {
@@ -131,7 +158,7 @@ fn class_of(ctx: &Context, lower: &[u8]) -> Option<Class> {
     CLASSES
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .get_or_insert_with(HashMap::new)
+        .get_or_insert_with(Classes::default)
         .insert(lower.into(), class);
     Some(class)
 }
