@@ -23,6 +23,14 @@ pub(crate) fn call(con: &mut Connection, args: &[&str]) -> Value {
     }
 }
 
+/// One command whose reply may be an error (returned as `Value::ServerError`).
+pub(crate) fn reply(con: &mut Connection, args: &[&str]) -> Value {
+    let mut buf = Vec::new();
+    push_cmd(&mut buf, args);
+    con.req_packed_command(&buf)
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
 pub(crate) fn pipeline(con: &mut Connection, buf: &[u8], count: usize) -> Vec<Value> {
     con.req_packed_commands(buf, 0, count)
         .unwrap_or_else(|e| panic!("pipeline of {count}: {e}"))
@@ -121,6 +129,7 @@ pub(crate) struct Scripts {
     pub(crate) release: String,
     pub(crate) fenced_acquire: String,
     pub(crate) release_publish: String,
+    pub(crate) guarded_set: String,
 }
 
 impl Scripts {
@@ -130,6 +139,7 @@ impl Scripts {
             release: load(LUA_RELEASE),
             fenced_acquire: load(LUA_FENCED_ACQUIRE),
             release_publish: load(LUA_RELEASE_PUBLISH),
+            guarded_set: load(LUA_GUARDED_SET),
         }
     }
 }

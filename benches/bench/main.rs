@@ -3,7 +3,8 @@
 //! Measures the module side by side with the ways clients lock with plain Redis today, in
 //! one run, against one redis-server that this program starts itself (127.0.0.1, a free port,
 //! `--save "" --appendonly no`, the module from `target/release/libredis_lock.so` — build it
-//! first with `cargo build --release`; `cargo bench` does not rebuild the cdylib).
+//! first with `cargo build --release`; `cargo bench` does not rebuild the cdylib — or from
+//! `$REDIS_LOCK_MODULE`, as in the tests).
 //!
 //! ## Workloads (each against its baselines, with the same number of connections)
 //!
@@ -27,6 +28,15 @@
 //!    is counted: the module allocates through Redis); and the cycle at batch 16 with 1M
 //!    module locks held vs 1k held (and, for reference, the floor cycle among 1M vs 1k held
 //!    string locks: how much Redis itself slows down with a bigger keyspace).
+//! 7. **Guarded write** (issue 12), batches of 1 and 16: `LOCK.GUARD lock fence SET x v`
+//!    (each connection holds its lock, from `LOCK.ACQUIRE` with a long lease, and sends that
+//!    acquire's fence) vs a plain `SET x v` vs the Lua guarded write: an `EVALSHA` that GETs
+//!    the lock's string key (`SET NX PX`) and its fence key (the fence integer, from the Lua
+//!    fenced acquire), compares the fence argument and SETs, else returns an error. Every
+//!    reply must be `OK`. Before the phases it checks once that a guarded write with the
+//!    current fence replies OK and writes, that a stale fence (after `LOCK.FENCE`, after
+//!    `LOCK.RELEASE`; for Lua after an `INCR` of the fence key) gets `FENCED` and writes
+//!    nothing, and that `INFO lock` counts both; the run fails otherwise.
 //!
 //! ## How to read the output
 //!
@@ -46,11 +56,16 @@
 //!   throughput `ops/s ÷ baseline ops/s`, for CPU `baseline µs/op ÷ row µs/op`, each taken
 //!   per round against the baseline's round next to it, and the median over rounds reported
 //!   (a slow spell of the shared machine then hits both halves of a pair).
-//! - At the end, each target of issue 4 is checked against the measurements.
-//! - Everything is also written to `bench-results.json` at the crate root.
+//! - 7 also prints each GUARD ratio as the median of the paired rounds with the lowest and
+//!   highest round's ratio, and their spread ((highest − lowest) / median).
+//! - At the end, each target of issues 4 and 12 is checked against the measurements.
+//! - Everything is also written to `bench-results.json` at the crate root (or `$BENCH_JSON`).
 //!
 //! Set `BENCH_QUICK=1` for a smoke run about 10× shorter (numbers are then noisy), and
 //! `BENCH_NO_PIN=1` to run without `taskset` pinning (server on CPU 1, client on CPU 0).
+//! `BENCH_ONLY=guard` runs workload 7 alone (its check, table and targets; the results file
+//! then holds only that), e.g. `BENCH_ONLY=guard cargo bench --bench bench`.
+//! `BENCH_PROFILE` repeats one op for a profiler (see `profile.rs`).
 
 use std::fmt::Write as _;
 use std::fs;
@@ -67,6 +82,7 @@ use redis::{Connection, ConnectionLike, Value};
 
 mod conn;
 mod contended;
+mod guard;
 mod lease_end;
 mod machine;
 mod memory;
@@ -79,6 +95,7 @@ mod throughput;
 
 use conn::*;
 use contended::*;
+use guard::*;
 use lease_end::*;
 use machine::*;
 use memory::*;
@@ -143,6 +160,42 @@ fn main() {
 
     if let Ok(which) = std::env::var("BENCH_PROFILE") {
         profile(&srv, s, &plan, &which);
+        return;
+    }
+
+    // bench-results.json: this header, then each workload's part.
+    let mut json = vec![
+        ("quick", plan.quick.into()),
+        ("only", plan.only.clone().map_or(Json::Null, Json::from)),
+        (
+            "machine",
+            obj(vec![
+                ("cpu_model", model.into()),
+                ("cpus", (cpus as u64).into()),
+                ("shared_by_client_and_server", true.into()),
+                ("pinned", pinned.into()),
+                ("pinning", pinning.into()),
+            ]),
+        ),
+        ("redis_version", version.into()),
+        ("module_git", revision.into()),
+        ("connections", (CONNS as u64).into()),
+        ("warmup_seconds", plan.warmup.as_secs_f64().into()),
+        ("phase_seconds", plan.phase.as_secs_f64().into()),
+        ("rounds", (ROUNDS as u64).into()),
+    ];
+
+    // BENCH_ONLY=guard: workload 7 alone.
+    if plan.only.as_deref() == Some("guard") {
+        let guarded = run_guard(&srv, s, &plan);
+        guarded.print();
+        let targets = guarded.targets();
+        print_targets("Targets (issue 12)", &targets);
+        let errors = unexpected(&[&guarded.table], &[]);
+        json.push(("guarded_write", guarded.json()));
+        json.push(("targets", targets_json(&targets)));
+        json.push(("unexpected_replies", errors.into()));
+        write_results(json, began);
         return;
     }
 
@@ -241,10 +294,11 @@ fn main() {
     }
     let contended: Vec<Contended> = contended.into_iter().flatten().collect();
 
-    // 5, 6.
+    // 5, 6, 7.
     let lease = run_lease_end(&srv, &plan);
     let (memory, residual) = run_memory(&srv, &plan);
     let held = run_held(&srv, s, &plan);
+    let guarded = run_guard(&srv, s, &plan);
 
     // Tables.
     for t in [&cycle, &fenced, &acquire, &read] {
@@ -287,180 +341,19 @@ fn main() {
     }
     println!("  left after FLUSHALL of the module's locks: {residual:.1} bytes/lock (until their lease deadlines)");
     held.print();
+    guarded.print();
 
     // Targets.
-    let lock_memory = memory[2].bytes_per_lock;
-    let wait = &contended[0];
-    let cycle_lock = cycle.find("LOCK.ACQUIRE + LOCK.RELEASE", 16);
-    let cycle_lua = cycle.find("SET NX PX + EVALSHA del (Lua)", 16);
-    let cycle_floor = cycle.find("SET PX + DEL (floor)", 16);
-    let fenced_lock = fenced.find("LOCK.ACQUIRE (fence) + LOCK.RELEASE", 16);
-    let fenced_lua = fenced.find("EVALSHA SET NX PX+INCR, EVALSHA del", 16);
-    let acq_lock = acquire.find("LOCK.ACQUIRE", 16);
-    let acq_set = acquire.find("SET NX PX", 16);
-    let thr = throughput_ratio;
-    let cpu = cpu_ratio;
-    let violations: u64 = contended.iter().map(|c| c.violations).sum();
-    let targets = vec![
-        target(
-            "cycle, batch 16, throughput vs floor",
-            thr(cycle_lock, cycle_floor),
-            ">=",
-            0.90,
-            "×",
-        ),
-        target(
-            "cycle, batch 16, server CPU/op vs floor",
-            cpu(cycle_lock, cycle_floor),
-            ">=",
-            0.90,
-            "×",
-        ),
-        target(
-            "cycle, batch 16, throughput vs Lua",
-            thr(cycle_lock, cycle_lua),
-            ">=",
-            1.7,
-            "×",
-        ),
-        target(
-            "cycle, batch 16, server CPU/op vs Lua",
-            cpu(cycle_lock, cycle_lua),
-            ">=",
-            1.7,
-            "×",
-        ),
-        target(
-            "fenced cycle, batch 16, throughput vs Lua fenced",
-            thr(fenced_lock, fenced_lua),
-            ">=",
-            3.0,
-            "×",
-        ),
-        target(
-            "fenced cycle, batch 16, server CPU/op vs Lua fenced",
-            cpu(fenced_lock, fenced_lua),
-            ">=",
-            3.0,
-            "×",
-        ),
-        target(
-            "LOCK.ACQUIRE, batch 16, throughput vs SET NX PX",
-            thr(acq_lock, acq_set),
-            ">=",
-            0.90,
-            "×",
-        ),
-        target(
-            "LOCK.ACQUIRE, batch 16, server CPU/op vs SET NX PX",
-            cpu(acq_lock, acq_set),
-            ">=",
-            0.90,
-            "×",
-        ),
-        target(
-            "contended hand-offs/s vs 1 ms poll",
-            wait.handoff_ratio(&contended[2]),
-            ">=",
-            3.0,
-            "×",
-        ),
-        target(
-            "contended hand-offs/s vs pub/sub",
-            wait.handoff_ratio(&contended[3]),
-            ">=",
-            150.0,
-            "×",
-        ),
-        target(
-            "contended fairness (Jain) with WAIT",
-            wait.fairness(),
-            ">=",
-            0.999,
-            "",
-        ),
-        target(
-            "contended exclusion violations (all schemes)",
-            violations as f64,
-            "<=",
-            0.0,
-            "",
-        ),
-        target(
-            "lease-end hand-off p99",
-            lease.delays.value_at_quantile(0.99) as f64 / 1000.0,
-            "<=",
-            5.0,
-            " ms",
-        ),
-        target(
-            "memory per held lock vs string lock",
-            lock_memory / string_bytes,
-            "<=",
-            1.3,
-            "×",
-        ),
-        target(
-            format!(
-                "cycle throughput, {} held vs {} held",
-                thousands(plan.many_held as f64),
-                thousands(plan.few_held as f64)
-            ),
-            held.ratios(1, 0).0,
-            ">=",
-            0.90,
-            "×",
-        ),
-    ];
-    println!("\nTargets (issue 4)");
-    for t in &targets {
-        println!(
-            "  {:<58} {:>9.3}{:<3} (goal {} {}{})  {}",
-            t.what,
-            t.measured,
-            t.unit,
-            if t.at_least { "≥" } else { "≤" },
-            t.goal,
-            t.unit,
-            if t.met() { "met" } else { "MISSED" }
-        );
-    }
-    let errors: u64 = [&cycle, &fenced, &acquire, &read, &held]
-        .iter()
-        .flat_map(|t| t.rows.iter().map(|r| r.m.errors))
-        .chain(contended.iter().map(|c| c.errors))
-        .sum();
-    if errors > 0 {
-        println!(
-            "\n!! {errors} unexpected replies (failed acquires/releases): see the err columns"
-        );
-    }
-    let total = began.elapsed();
-    println!("\nTotal run time: {:.0} s", total.as_secs_f64());
+    let tables = [&cycle, &fenced, &acquire, &held];
+    let mut targets = issue4_targets(&plan, tables, &contended, &lease, &memory);
+    targets.extend(guarded.targets());
+    print_targets("Targets (issues 4 and 12)", &targets);
+    let errors = unexpected(
+        &[&cycle, &fenced, &acquire, &read, &held, &guarded.table],
+        &contended,
+    );
 
-    // JSON.
-    let unix = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let json = obj(vec![
-        ("generated_unix", unix.into()),
-        ("quick", plan.quick.into()),
-        (
-            "machine",
-            obj(vec![
-                ("cpu_model", model.into()),
-                ("cpus", (cpus as u64).into()),
-                ("shared_by_client_and_server", true.into()),
-                ("pinned", pinned.into()),
-                ("pinning", pinning.into()),
-            ]),
-        ),
-        ("redis_version", version.into()),
-        ("module_git", revision.into()),
-        ("connections", (CONNS as u64).into()),
-        ("warmup_seconds", plan.warmup.as_secs_f64().into()),
-        ("phase_seconds", plan.phase.as_secs_f64().into()),
-        ("rounds", (ROUNDS as u64).into()),
+    json.extend([
         ("uncontended_cycle", cycle.json()),
         ("fenced_cycle", fenced.json()),
         ("single_acquire", acquire.json()),
@@ -517,30 +410,25 @@ fn main() {
             ]),
         ),
         ("held_locks", held.json()),
-        (
-            "targets",
-            Json::Arr(
-                targets
-                    .iter()
-                    .map(|t| {
-                        obj(vec![
-                            ("what", t.what.as_str().into()),
-                            ("measured", t.measured.into()),
-                            ("goal", t.goal.into()),
-                            ("at_least", t.at_least.into()),
-                            ("met", t.met().into()),
-                        ])
-                    })
-                    .collect(),
-            ),
-        ),
+        ("guarded_write", guarded.json()),
+        ("targets", targets_json(&targets)),
         ("unexpected_replies", errors.into()),
-        ("total_seconds", total.as_secs_f64().into()),
     ]);
-    let mut out = String::new();
-    json.render(&mut out, 0);
-    out.push('\n');
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench-results.json");
-    fs::write(&path, out).expect("write bench-results.json");
-    println!("Results written to {}", path.display());
+    write_results(json, began);
+}
+
+/// Unexpected replies (failed acquires, releases, writes) in these tables and contended runs,
+/// flagged on the output.
+fn unexpected(tables: &[&Table], contended: &[Contended]) -> u64 {
+    let errors: u64 = tables
+        .iter()
+        .flat_map(|t| t.rows.iter().map(|r| r.m.errors))
+        .chain(contended.iter().map(|c| c.errors))
+        .sum();
+    if errors > 0 {
+        println!(
+            "\n!! {errors} unexpected replies (failed acquires/releases/writes): see the err columns"
+        );
+    }
+    errors
 }

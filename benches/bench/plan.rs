@@ -48,12 +48,23 @@ pub(crate) const LUA_RELEASE: &str =
 pub(crate) const LUA_FENCED_ACQUIRE: &str =
     "if redis.call('set',KEYS[1],ARGV[1],'NX','PX',ARGV[2]) then \
      return redis.call('incr',KEYS[2]) else return false end";
+/// The Lua guarded write (workload 7): the lock is a `SET NX PX` string (KEYS[1]) and a fence
+/// key holding the fence integer (KEYS[2]); the write (`SET KEYS[3] ARGV[2]`) happens only if
+/// the lock is held and ARGV[1] is its fence.
+pub(crate) const LUA_GUARDED_SET: &str = "if redis.call('get',KEYS[1]) and \
+     redis.call('get',KEYS[2])==ARGV[1] then return redis.call('set',KEYS[3],ARGV[2]) else \
+     return redis.error_reply('FENCED the lock is not held under this fence') end";
 pub(crate) const LUA_RELEASE_PUBLISH: &str = "if redis.call('get',KEYS[1])==ARGV[1] then \
      redis.call('del',KEYS[1]) redis.call('publish',ARGV[2],'released') return 1 else return 0 end";
 
-/// The run's sizes, shrunk for `BENCH_QUICK=1`.
+/// Workloads that `BENCH_ONLY` can select.
+pub(crate) const ONLY_CHOICES: [&str; 1] = ["guard"];
+
+/// The run's sizes, shrunk for `BENCH_QUICK=1`, and the workload `BENCH_ONLY` selects.
 pub(crate) struct Plan {
     pub(crate) quick: bool,
+    /// `BENCH_ONLY=guard`: run only that workload (and its targets).
+    pub(crate) only: Option<String>,
     pub(crate) phase: Duration,
     pub(crate) warmup: Duration,
     pub(crate) contended: Duration,
@@ -67,8 +78,16 @@ impl Plan {
     pub(crate) fn from_env() -> Plan {
         let quick = std::env::var("BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
         let div = if quick { 10 } else { 1 };
+        let only = std::env::var("BENCH_ONLY").ok().filter(|v| !v.is_empty());
+        if let Some(o) = &only {
+            assert!(
+                ONLY_CHOICES.contains(&o.as_str()),
+                "BENCH_ONLY={o}: expected one of {ONLY_CHOICES:?}"
+            );
+        }
         Plan {
             quick,
+            only,
             phase: PHASE / div,
             warmup: WARMUP / div,
             contended: CONTENDED_RUN / div,

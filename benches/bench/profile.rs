@@ -3,10 +3,26 @@
 #[allow(unused_imports)]
 use crate::*;
 
-/// `BENCH_PROFILE=lock|lua|floor|lua-fenced|acquire|setnx`: one op at batch 16, repeated for
+/// `BENCH_PROFILE=lock|lua|floor|lua-fenced|acquire|setnx|guard|set|lua-guard`: one op at
+/// batch 16 (the last three: workload 7's `LOCK.GUARD … SET`, `SET`, Lua guarded `SET`), repeated for
 /// `BENCH_PROFILE_SECS` (default 20) so that `perf record -p <server pid>` or a before/after
 /// comparison can watch it. Prints the server's PID first.
 pub(crate) fn profile(srv: &Server, s: &Scripts, plan: &Plan, which: &str) {
+    let secs: u64 = std::env::var("BENCH_PROFILE_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    if let Some(op) = GuardOp::from_name(which) {
+        println!("server pid {}", srv.child.id());
+        let phase = Duration::from_secs(secs);
+        let m = run_guard_phase(srv, s, plan, phase, (which, op, 16));
+        println!(
+            "{which}: {:.0} ops/s, server {:.3} µs CPU/op",
+            m.rate(),
+            m.cpu_us_per_op()
+        );
+        return;
+    }
     let op = match which {
         "lock" => Op::LockCycle,
         "lua" => Op::LuaCycle,
@@ -15,13 +31,12 @@ pub(crate) fn profile(srv: &Server, s: &Scripts, plan: &Plan, which: &str) {
         "acquire" => Op::LockAcquire,
         "setnx" => Op::SetNx,
         other => {
-            panic!("BENCH_PROFILE={other}: expected lock, lua, floor, lua-fenced, acquire or setnx")
+            panic!(
+                "BENCH_PROFILE={other}: expected lock, lua, floor, lua-fenced, acquire, setnx, \
+                 guard, set or lua-guard"
+            )
         }
     };
-    let secs: u64 = std::env::var("BENCH_PROFILE_SECS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20);
     // BENCH_PROFILE_HELD=n: n long-held locks (or string locks) in place first, as in 6b.
     let held: usize = std::env::var("BENCH_PROFILE_HELD")
         .ok()

@@ -40,6 +40,27 @@ pub(crate) fn ratio(x: f64) -> String {
     }
 }
 
+/// Writes the results, with the time of the run, to `$BENCH_JSON` or `bench-results.json` at
+/// the crate root, after printing the total run time.
+pub(crate) fn write_results(mut fields: Vec<(&str, Json)>, began: Instant) {
+    let total = began.elapsed();
+    println!("\nTotal run time: {:.0} s", total.as_secs_f64());
+    let unix = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    fields.insert(0, ("generated_unix", unix.into()));
+    fields.push(("total_seconds", total.as_secs_f64().into()));
+    let mut out = String::new();
+    obj(fields).render(&mut out, 0);
+    out.push('\n');
+    let path = std::env::var("BENCH_JSON").map_or_else(
+        |_| Path::new(env!("CARGO_MANIFEST_DIR")).join("bench-results.json"),
+        PathBuf::from,
+    );
+    fs::write(&path, out).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    println!("Results written to {}", path.display());
+}
+
 pub(crate) enum Json {
     Null,
     Bool(bool),

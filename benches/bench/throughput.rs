@@ -264,6 +264,20 @@ pub(crate) fn run_phase(
     phase: Duration,
     (label, op, depth): (&str, Op, usize),
 ) -> Measured {
+    run_threads(srv, plan, phase, (label, depth), |t, con, w| {
+        drive(op, depth, t, con, s, w)
+    })
+}
+
+/// Runs `drive(t, connection, window)` on `CONNS` connections, one thread each, for one
+/// warm-up and a measurement window of `phase`, and measures the server's CPU over the window.
+pub(crate) fn run_threads(
+    srv: &Server,
+    plan: &Plan,
+    phase: Duration,
+    (label, depth): (&str, usize),
+    drive: impl Fn(usize, Connection, Window) -> ThreadResult + Sync,
+) -> Measured {
     let mut probe = srv.connect();
     let conns: Vec<Connection> = (0..CONNS).map(|_| srv.connect()).collect();
     let t0 = Instant::now();
@@ -271,11 +285,12 @@ pub(crate) fn run_phase(
         start: t0 + plan.warmup,
         end: t0 + plan.warmup + phase,
     };
+    let drive = &drive;
     let (results, cpu) = thread::scope(|scope| {
         let handles: Vec<_> = conns
             .into_iter()
             .enumerate()
-            .map(|(t, con)| scope.spawn(move || drive(op, depth, t, con, s, w)))
+            .map(|(t, con)| scope.spawn(move || drive(t, con, w)))
             .collect();
         sleep_until(w.start);
         let c0 = server_cpu(&mut probe);
@@ -317,14 +332,20 @@ pub(crate) fn cpu_ratio(a: &Measured, b: &Measured) -> f64 {
 }
 
 pub(crate) fn paired_median(a: &[f64], b: &[f64]) -> f64 {
-    assert_eq!(a.len(), b.len(), "rounds to pair");
-    let mut r: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
-    r.sort_by(f64::total_cmp);
+    let r = paired_ratios(a, b);
     match r.len() {
         0 => f64::NAN,
         n if n % 2 == 1 => r[n / 2],
         n => (r[n / 2 - 1] + r[n / 2]) / 2.0,
     }
+}
+
+/// Each round's `a` over `b`'s round next to it, sorted.
+pub(crate) fn paired_ratios(a: &[f64], b: &[f64]) -> Vec<f64> {
+    assert_eq!(a.len(), b.len(), "rounds to pair");
+    let mut r: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
+    r.sort_by(f64::total_cmp);
+    r
 }
 
 /// A table row: a measurement, its short name for ratios, and the rows it is compared to.
@@ -426,12 +447,27 @@ pub(crate) fn table(
     title: &str,
     variants: &[(&str, &'static str, Op, &[usize])],
 ) -> Table {
+    let names: Vec<_> = variants.iter().map(|&(l, sh, _, vs)| (l, sh, vs)).collect();
+    table_with(srv, title, &names, |i, depth| {
+        let (label, _, op, _) = variants[i];
+        run_phase(srv, s, plan, plan.phase, (label, op, depth))
+    })
+}
+
+/// Runs `run(variant, depth)` for each (label, short name, compared-to) at each depth,
+/// `ROUNDS` times interleaved (A B C, C B A, ...), each from an emptied keyspace.
+pub(crate) fn table_with(
+    srv: &Server,
+    title: &str,
+    variants: &[(&str, &'static str, &[usize])],
+    mut run: impl FnMut(usize, usize) -> Measured,
+) -> Table {
     eprintln!("{title}");
     let mut flush = srv.connect();
     let mut rows = Vec::new();
     for depth in DEPTHS {
         let base = rows.len();
-        for &(label, short, _, vs) in variants {
+        for &(label, short, vs) in variants {
             let m = Measured::empty(label, depth);
             let vs = vs.iter().map(|j| base + j).collect();
             rows.push(Row { m, short, vs });
@@ -442,9 +478,8 @@ pub(crate) fn table(
                 order.reverse();
             }
             for i in order {
-                let (label, _, op, _) = variants[i];
                 flushall(&mut flush);
-                let m = run_phase(srv, s, plan, plan.phase, (label, op, depth));
+                let m = run(i, depth);
                 rows[base + i].m.absorb(m);
             }
         }
