@@ -5,7 +5,8 @@
 #      acquire/renew/extend/fence/info/release, errors, lease ends, WAIT queues with grants,
 #      timeouts and disconnects, DEL/UNLINK/FLUSHALL/FLUSHALL ASYNC/overwrite under waiters,
 #      DEBUG RELOAD with a queue, DUMP/RESTORE (good and corrupt), COPY/RENAME/MOVE, MULTI, keyspace
-#      events, CONFIG SET, SAVE/BGSAVE/BGREWRITEAOF; then SHUTDOWN; and
+#      events, CONFIG SET, SAVE/BGSAVE/BGREWRITEAOF, LOCK.GUARD (runs, refusals of every kind,
+#      ACL denials, RESP3, MULTI, COMMAND GETKEYS); then SHUTDOWN; and
 #   2. a few integration test files (LEAK_TESTS) run with every server they start under
 #      valgrind, through the harness's REDIS_SERVER (a wrapper that turns the harness's
 #      SIGKILL into a SIGTERM, so that redis shuts down and memcheck writes its report).
@@ -228,6 +229,30 @@ for round in $(seq 1 "$ROUNDS"); do
   run RENAME d4 d5
   run MOVE d5 1
   run -n 1 LOCK.RELEASE d5 t
+  # Guarded writes: runs (RESP2 and RESP3, an inner error), refusals by fence, by command and
+  # by ACL, COMMAND GETKEYS (the getkeys-api path), MULTI.
+  f=$(cli LOCK.ACQUIRE gk t 60000)
+  expect OK LOCK.GUARD gk "$f" SET gd v
+  run --resp3 LOCK.GUARD gk "$f" HGETALL gh
+  run LOCK.GUARD gk "$f" INCR gd
+  run LOCK.GUARD gk 1 SET gd w
+  run LOCK.GUARD gk "$((f + 1))" SET gd w
+  run LOCK.GUARD nolock "$f" SET gd w
+  run LOCK.GUARD gk "$f" BLPOP gl 0
+  run LOCK.GUARD gk "$f" MULTI
+  run LOCK.GUARD gk "$f" LOCK.RELEASE gk t
+  run LOCK.GUARD gk "$f" NOSUCHCOMMAND
+  run LOCK.GUARD gk "$f" SET gd
+  run LOCK.GUARD gk 0 SET gd v
+  run LOCK.GUARD gk "$f" CLIENT KILL ID 999999
+  run COMMAND GETKEYS LOCK.GUARD gk "$f" MSET ga 1 gb 2
+  run COMMAND GETKEYS LOCK.GUARD gk "$f" LOCK.GUARD gk "$f" GET ga
+  run ACL SETUSER gu on nopass +lock.guard +get '~*'
+  run --user gu --pass x LOCK.GUARD gk "$f" SET gd v
+  run --user gu --pass x LOCK.GUARD gk "$f" GET gd
+  run ACL DELUSER gu
+  printf 'MULTI\nLOCK.GUARD gk %s SET gd m\nLOCK.GUARD gk 1 SET gd n\nEXEC\n' "$f" | cli >/dev/null 2>&1 || true
+  expect 1 LOCK.RELEASE gk t
   # Keyspace events, configuration, persistence.
   run CONFIG SET notify-keyspace-events KEA
   run LOCK.ACQUIRE n t 60000
