@@ -1,7 +1,13 @@
 //! The lock flow from the clients people use: redis-cli, redis-py, ioredis and redis-rs, each
 //! against a real server with the module. Every flow takes a token from a UUID, acquires with
-//! a ttl, takes a new fence, extends, reads `LOCK.INFO`, releases, and has a second connection
-//! blocked in `LOCK.ACQUIRE … WAIT` that is granted (with a larger fence) on release.
+//! a ttl, takes a new fence, writes through `LOCK.GUARD` (once under the current fence, which
+//! lands, and once under the fence it replaced, which is refused), extends, reads
+//! `LOCK.INFO`, releases, and has a second connection blocked in `LOCK.ACQUIRE … WAIT` that is
+//! granted (with a larger fence) on release.
+//!
+//! The guarded-write helpers the flows run are the ones `docs/CLIENTS.md` shows, character for
+//! character ([`docs_guarded_helpers_are_the_ones_the_flows_run`]), and redis-py's
+//! `RedisCluster` runs them against a three-master cluster (`redis_py_cluster_guard`).
 //!
 //! redis-py is installed from `tests/clients/requirements.txt` (pinned, with hashes) into a
 //! throwaway venv under `target/clients/`; ioredis with `npm ci` from
@@ -18,7 +24,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
+use std::sync::{mpsc, OnceLock};
 use std::thread::{self, sleep};
 use std::time::{Duration, Instant};
 
@@ -207,7 +213,7 @@ fn cli_int(out: &str) -> i64 {
 
 #[test]
 fn redis_cli_flow() {
-    let v = runtime("redis-cli flow", &[&redis_cli_bin()]);
+    let v = runtime("redis-cli flow", &[&redis_cli_bin(), "bash"]);
     note(&format!("redis-cli flow with {}", v[0]));
     let server = Server::new();
     let key = format!("orders:{}", uuid::Uuid::new_v4());
@@ -228,6 +234,37 @@ fn redis_cli_flow() {
     let f2 = cli_int(&cli(&server, &["LOCK.FENCE", &key, &tok]));
     assert!(f2 > f1, "fence {f2} must exceed {f1}");
     assert_eq!(cli(&server, &["LOCK.FENCE", &key, &other]), "(nil)");
+
+    // Guarded writes through the shell helper: the current fence lands, the replaced one is
+    // refused (status 3, the FENCED error on stderr) and changes nothing.
+    let data = format!("{key}:data");
+    let landed = cli_guarded(&server, &key, f2, &["SET", &data, "by-f2"]);
+    assert_eq!(
+        (
+            landed.status.code(),
+            landed.stdout.as_str(),
+            landed.stderr.as_str()
+        ),
+        (Some(0), "OK\n", ""),
+        "a guarded write under the current fence"
+    );
+    let refused = cli_guarded(&server, &key, f1, &["SET", &data, "by-f1"]);
+    assert_eq!(
+        (
+            refused.status.code(),
+            refused.stdout.as_str(),
+            refused.stderr.as_str()
+        ),
+        (Some(3), "", "FENCED the lock is held under a newer fence\n"),
+        "a guarded write under a replaced fence"
+    );
+    assert_eq!(cli(&server, &["GET", &data]), "\"by-f2\"");
+    let ran = cli_guarded(&server, &key, f2, &["INCR", &data]);
+    assert_eq!(
+        (ran.status.code(), ran.stderr.as_str()),
+        (Some(1), "ERR value is not an integer or out of range\n"),
+        "the inner command's own error is an error, not FENCED"
+    );
     assert_eq!(
         cli(&server, &["LOCK.EXTEND", &key, &tok, "60000"]),
         "(integer) 1"
@@ -304,6 +341,34 @@ fn redis_cli_flow() {
         err.starts_with("(error) ERR ttl must be between 1 and"),
         "{err}"
     );
+    let late = cli_guarded(&server, &key, f3, &["SET", &data, "late"]);
+    assert_eq!(
+        (late.status.code(), late.stderr.as_str()),
+        (Some(3), "FENCED the lock is not held\n"),
+        "a guarded write after the release"
+    );
+    assert_eq!(cli(&server, &["GET", &data]), "\"by-f2\"");
+    assert_guarded_counts(&server, 2, 2);
+}
+
+/// `guarded LOCK_KEY FENCE COMMAND…` from tests/clients/guarded.sh (the helper docs/CLIENTS.md
+/// shows), sourced into bash with `redis_cli` set to this server's redis-cli.
+fn cli_guarded(server: &Server, lock_key: &str, fence: i64, command: &[&str]) -> Finished {
+    let helper = manifest_dir().join("tests/clients/guarded.sh");
+    let script =
+        r#"source "$GUARDED_SH"; redis_cli=("$CLI_BIN" -h 127.0.0.1 -p "$CLI_PORT"); guarded "$@""#;
+    run_bounded(
+        Command::new("bash")
+            .args(["-c", script, "guarded"])
+            .arg(lock_key)
+            .arg(fence.to_string())
+            .args(command)
+            .env("GUARDED_SH", helper)
+            .env("CLI_BIN", redis_cli_bin())
+            .env("CLI_PORT", server.port.to_string()),
+        FLOW_TIMEOUT,
+        &format!("guarded {lock_key} {fence} {}", command.join(" ")),
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -311,8 +376,13 @@ fn redis_cli_flow() {
 
 /// A venv with tests/clients/requirements.txt installed, under target/clients/ and named by the
 /// file's hash; made on first use. Built under a temporary name and renamed into place, so a
-/// half-made venv is never used.
+/// half-made venv is never used; made once per test process (two tests use it).
 fn python_venv() -> PathBuf {
+    static VENV: OnceLock<PathBuf> = OnceLock::new();
+    VENV.get_or_init(make_python_venv).clone()
+}
+
+fn make_python_venv() -> PathBuf {
     let reqs = manifest_dir().join("tests/clients/requirements.txt");
     let root = target_dir().join("clients");
     let venv = root.join(format!("python-{}", file_hash(&reqs)));
@@ -459,12 +529,15 @@ fn lock_counters(server: &Server) -> (String, HashMap<String, i64>) {
 }
 
 /// What the server counted for the recommended pattern (with_lock / withLock): three
-/// acquisitions, two releases, the stalled holder's lease end, and at least the extends that
-/// carried a 500 ms lease through 1 s of work.
+/// acquisitions, two releases, the stalled holder's lease end, at least the extends that
+/// carried a 500 ms lease through 1 s of work, and the guarded writes: the two holders'
+/// landed, the stalled holder's and one after the release were refused.
 #[track_caller]
 fn assert_pattern_counts(server: &Server) {
     let (text, f) = lock_counters(server);
     for (name, want) in [
+        ("guarded_runs", 2),
+        ("guarded_refusals", 2),
         ("held", 0),
         ("waiting_clients", 0),
         ("acquires", 3),
@@ -482,8 +555,8 @@ fn assert_pattern_counts(server: &Server) {
 
 /// What the server counted for `flows` runs of the scripted flow, so a script that skipped a
 /// step cannot pass: per flow one acquire, three contended acquires (busy, timed-out WAIT,
-/// granted WAIT), one fence, one extend plus the holder's renewal, two releases, one grant
-/// and one wait timeout.
+/// granted WAIT), one fence, one guarded write run and one refused, one extend plus the
+/// holder's renewal, two releases, one grant and one wait timeout.
 #[track_caller]
 fn assert_flow_counts(server: &Server, flows: i64) {
     let (text, f) = lock_counters(server);
@@ -497,6 +570,8 @@ fn assert_flow_counts(server: &Server, flows: i64) {
         ("acquires", 1),
         ("contended_acquires", 3),
         ("fences", 1),
+        ("guarded_runs", 1),
+        ("guarded_refusals", 1),
         ("extends", 2),
         ("releases", 2),
         ("grants", 1),
@@ -517,6 +592,18 @@ fn assert_flow_counts(server: &Server, flows: i64) {
     }
 }
 
+/// The `INFO lock` counters of `LOCK.GUARD`: inner commands run (their own errors included)
+/// and `FENCED` refusals.
+#[track_caller]
+fn assert_guarded_counts(server: &Server, runs: i64, refusals: i64) {
+    let (text, f) = lock_counters(server);
+    assert_eq!(
+        (f.get("guarded_runs"), f.get("guarded_refusals")),
+        (Some(&runs), Some(&refusals)),
+        "lock_guarded_runs and lock_guarded_refusals:\n{text}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // redis-rs
 
@@ -535,6 +622,7 @@ fn rs_flow(server: &Server, resp3: bool) -> (u64, u64, u64) {
     let mut a = client.get_connection().unwrap();
     let mut b = client.get_connection().unwrap();
     let key = format!("orders:{}", uuid::Uuid::new_v4());
+    let data = format!("{key}:data");
     let token = uuid::Uuid::new_v4().to_string();
     let other = uuid::Uuid::new_v4().to_string();
 
@@ -563,6 +651,18 @@ fn rs_flow(server: &Server, resp3: bool) -> (u64, u64, u64) {
         .query(&mut b)
         .unwrap();
     assert_eq!(none, None);
+
+    // Guarded writes: the current fence lands, the one LOCK.FENCE replaced is refused.
+    let landed: Guarded<String> = guarded(&mut a, &key, f2, ("SET", &data, "by-f2")).unwrap();
+    assert_eq!(landed, Guarded::Ran("OK".to_string()));
+    let refused: Guarded<String> = guarded(&mut b, &key, f1, ("SET", &data, "by-f1")).unwrap();
+    assert_eq!(
+        refused,
+        Guarded::Fenced("the lock is held under a newer fence".to_string())
+    );
+    let stored: String = redis::cmd("GET").arg(&data).query(&mut a).unwrap();
+    assert_eq!(stored, "by-f2");
+    let _: () = redis::cmd("DEL").arg(&data).query(&mut a).unwrap();
 
     let extended: bool = redis::cmd("LOCK.EXTEND")
         .arg(&key)
@@ -667,7 +767,188 @@ fn redis_rs_flow() {
     assert_flow_counts(&server, 2);
 }
 
+// ---------------------------------------------------------------------------------------------
+// redis-py's RedisCluster
+
+/// Three cluster-enabled servers with the module, made masters without replicas by
+/// `redis-cli --cluster create` (as tests/cluster.rs makes its larger cluster); returned once
+/// every node knows all three and serves all 16384 slots.
+fn small_cluster() -> Vec<Server> {
+    let opts = Opts::new().extra(&[
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-node-timeout",
+        "5000",
+    ]);
+    let nodes: Vec<Server> = (0..3).map(|_| Server::start(opts.clone())).collect();
+    run_bounded(
+        Command::new(redis_cli_bin())
+            .args(["--cluster", "create"])
+            .args(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)))
+            .args(["--cluster-replicas", "0", "--cluster-yes"]),
+        FLOW_TIMEOUT,
+        "redis-cli --cluster create",
+    )
+    .expect_success("redis-cli --cluster create");
+    let mut last = String::new();
+    let ready = wait_until(Duration::from_secs(60), || {
+        nodes.iter().all(|n| {
+            last = redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query(&mut n.conn())
+                .unwrap();
+            [
+                "cluster_state:ok",
+                "cluster_slots_ok:16384",
+                "cluster_known_nodes:3",
+            ]
+            .iter()
+            .all(|want| last.lines().any(|l| l.trim() == *want))
+        })
+    });
+    assert!(ready, "the cluster is not ready after 60 s:\n{last}");
+    nodes
+}
+
+/// redis-py's `RedisCluster` routes `LOCK.GUARD` by the keys `COMMAND GETKEYS` names, straight
+/// to the master of a hash tag's slot, and the `guarded` helper of docs/CLIENTS.md works
+/// through it unchanged: `tests/clients/cluster_guard.py` acquires `{order:42}:lock`, writes
+/// `{order:42}:data` under the fence (checked on the owning master, and on the others that it
+/// is not there), is refused under a stale fence, and finds keys of two slots refused by
+/// `RedisCluster` and by the server (`CROSSSLOT`).
+#[test]
+fn redis_py_cluster_guard() {
+    runtime("redis-py RedisCluster", &["python3", &redis_cli_bin()]);
+    let venv = python_venv();
+    let nodes = small_cluster();
+    let script = manifest_dir().join("tests/clients/cluster_guard.py");
+    // The seed is the first node, which owns slots 0-5460: {order:42} hashes to slot 8691.
+    let out = run_bounded(
+        Command::new(venv.join("bin/python"))
+            .arg(&script)
+            .arg(nodes[0].port.to_string()),
+        FLOW_TIMEOUT,
+        "tests/clients/cluster_guard.py",
+    )
+    .expect_success("tests/clients/cluster_guard.py");
+    note(out.stdout.trim_end());
+    assert!(out.stdout.contains("RedisCluster: ok"), "{}", out.stdout);
+    // Counted on one master only: four commands run, two refused (the CROSSSLOT one never
+    // reached the module).
+    let counts: Vec<(i64, i64)> = nodes
+        .iter()
+        .map(|n| {
+            let (_, f) = lock_counters(n);
+            (f["guarded_runs"], f["guarded_refusals"])
+        })
+        .collect();
+    let mut sorted = counts.clone();
+    sorted.sort();
+    assert_eq!(
+        sorted,
+        [(0, 0), (0, 0), (4, 2)],
+        "LOCK.GUARD counters by node: {counts:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// docs/CLIENTS.md
+
+/// The fenced code blocks of a Markdown text: (language tag, body).
+fn code_blocks(md: &str) -> Vec<(String, String)> {
+    let mut blocks = Vec::new();
+    let mut open: Option<(String, String)> = None;
+    for line in md.lines() {
+        match (&mut open, line.strip_prefix("```")) {
+            (None, Some(lang)) => open = Some((lang.trim().to_string(), String::new())),
+            (Some(_), Some("")) => blocks.push(open.take().unwrap()),
+            (Some((_, body)), _) => {
+                body.push_str(line);
+                body.push('\n');
+            }
+            (None, None) => {}
+        }
+    }
+    assert!(open.is_none(), "an unclosed code block");
+    blocks
+}
+
+/// Every code block of the "Guarded writes" section of docs/CLIENTS.md is, character for
+/// character, in the file whose flow runs it: what the page shows is what the tests run.
+#[test]
+fn docs_guarded_helpers_are_the_ones_the_flows_run() {
+    let read = |rel: &str| {
+        fs::read_to_string(manifest_dir().join(rel)).unwrap_or_else(|e| panic!("read {rel}: {e}"))
+    };
+    let docs = read("docs/CLIENTS.md");
+    let (_, section) = docs
+        .split_once("\n## Guarded writes")
+        .expect("docs/CLIENTS.md has a `## Guarded writes` section");
+    let section = section.split("\n## ").next().unwrap();
+    let blocks = code_blocks(section);
+    let runs = [
+        ("python", "tests/clients/flow.py"),
+        ("js", "tests/clients/node/flow.js"),
+        ("rust", "tests/clients.rs"),
+        ("sh", "tests/clients/guarded.sh"),
+    ];
+    for (lang, _) in &blocks {
+        assert!(
+            runs.iter().any(|(l, _)| l == lang),
+            "a `{lang}` block in the Guarded writes section, which no flow runs"
+        );
+    }
+    for (lang, file) in runs {
+        let shown: Vec<&String> = blocks
+            .iter()
+            .filter(|(l, _)| l == lang)
+            .map(|(_, b)| b)
+            .collect();
+        assert_eq!(
+            shown.len(),
+            1,
+            "one `{lang}` helper in the Guarded writes section"
+        );
+        assert!(
+            read(file).contains(shown[0].as_str()),
+            "the `{lang}` helper of docs/CLIENTS.md is not, as shown, in {file}:\n{}",
+            shown[0]
+        );
+    }
+}
+
 // --- The recommended pattern, as docs/CLIENTS.md shows it ------------------------------------
+
+/// What a guarded command came to.
+#[derive(Debug, PartialEq)]
+enum Guarded<T> {
+    /// `fence` was the lock's current fence: the command ran, and this is its reply.
+    Ran(T),
+    /// The lock is not held under `fence` any more (the server's reason): nothing ran.
+    Fenced(String),
+}
+
+/// Runs `command` only while `fence` is the current fence of the lock at `lock_key`. A
+/// `FENCED` refusal comes back as `Guarded::Fenced`; every other error (the command's own
+/// included) stays an `Err`.
+fn guarded<T: redis::FromRedisValue>(
+    con: &mut impl redis::ConnectionLike,
+    lock_key: &str,
+    fence: u64,
+    command: impl redis::ToRedisArgs,
+) -> redis::RedisResult<Guarded<T>> {
+    let mut cmd = redis::cmd("LOCK.GUARD");
+    cmd.arg(lock_key).arg(fence).arg(command);
+    match cmd.query(con) {
+        Ok(reply) => Ok(Guarded::Ran(reply)),
+        Err(e) if e.code() == Some("FENCED") => {
+            Ok(Guarded::Fenced(e.detail().unwrap_or_default().to_string()))
+        }
+        Err(e) => Err(e),
+    }
+}
 
 /// Runs `work(fence, lost)` holding the lock at `key`; `None` if it was still held after
 /// 5 s. `lost` turns true if the lease was lost while `work` ran.
@@ -748,7 +1029,9 @@ fn redis_rs_pattern() {
     let client = redis::Client::open(server.url()).unwrap();
     let mut con = client.get_connection().unwrap();
     let key = format!("orders:{}", uuid::Uuid::new_v4());
+    let data = format!("{key}:data");
     let mut store = FencedStore::default();
+    let set = |value: &'static str| ("SET", data.clone(), value);
 
     // The work outlives the 500 ms ttl; the keep-alive holds the lock all along.
     let f1 = with_lock(&client, &key, 500, |fence, lost| {
@@ -756,6 +1039,8 @@ fn redis_rs_pattern() {
         assert!(!lost.load(Ordering::SeqCst), "the keep-alive lost the lock");
         assert_eq!(info(&mut con, &key).unwrap().fence as u64, fence);
         store.write(fence, "first").unwrap();
+        let landed: Guarded<String> = guarded(&mut con, &key, fence, set("first")).unwrap();
+        assert_eq!(landed, Guarded::Ran("OK".to_string()));
         fence
     })
     .unwrap()
@@ -763,7 +1048,7 @@ fn redis_rs_pattern() {
     assert!(info(&mut con, &key).is_none(), "released after the work");
 
     // A holder that stalls past its lease while another takes over: the store refuses the
-    // stale holder's late write.
+    // stale holder's late write, and so does LOCK.GUARD in Redis.
     let stale = uuid::Uuid::new_v4().to_string();
     let f_stale: Option<u64> = redis::cmd("LOCK.ACQUIRE")
         .arg(&key)
@@ -776,6 +1061,14 @@ fn redis_rs_pattern() {
     sleep(Duration::from_millis(300));
     let f_new = with_lock(&client, &key, 10_000, |fence, _| {
         store.write(fence, "new").unwrap();
+        let landed: Guarded<String> = guarded(&mut con, &key, fence, set("new")).unwrap();
+        assert_eq!(landed, Guarded::Ran("OK".to_string()));
+        // The stalled holder wakes up.
+        let late: Guarded<String> = guarded(&mut con, &key, f_stale, set("late")).unwrap();
+        assert_eq!(
+            late,
+            Guarded::Fenced("the lock is held under a newer fence".to_string())
+        );
         fence
     })
     .unwrap()
@@ -783,6 +1076,14 @@ fn redis_rs_pattern() {
     assert!(f_new > f_stale);
     assert!(store.write(f_stale, "late").is_err(), "a stale write");
     assert_eq!(store.value.as_deref(), Some("new"));
+    let stored: String = redis::cmd("GET").arg(&data).query(&mut con).unwrap();
+    assert_eq!(stored, "new", "only the holders' writes landed");
+    let after: Guarded<String> = guarded(&mut con, &key, f_new, set("after")).unwrap();
+    assert_eq!(
+        after,
+        Guarded::Fenced("the lock is not held".to_string()),
+        "released: nobody holds it"
+    );
     let released: bool = redis::cmd("LOCK.RELEASE")
         .arg(&key)
         .arg(&stale)

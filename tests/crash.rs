@@ -3,6 +3,10 @@
 //! AOF, the server killed and restarted from an older RDB snapshot, and several worker
 //! processes contending for one lock while some are killed at random.
 //!
+//! Guarded writes (`LOCK.GUARD`): the same workers with a Redis list as the resource, written
+//! only through `LOCK.GUARD`, where no stale write may land; and a holder stopped with SIGSTOP
+//! past its lease, whose writes after it resumes are refused while the new holder's land.
+//!
 //! Client processes are `redis-cli` (`$REDIS_CLI` overrides it) and this test binary itself,
 //! re-run as a child on the ignored test `crash_child` with the role in an environment
 //! variable.
@@ -131,6 +135,41 @@ impl Proc {
         }
     }
 
+    /// The rest of the first line the child prints that contains `tag` (lines before it are
+    /// skipped), trimmed.
+    fn line_after(&mut self, tag: &str, within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self.lines.recv_timeout(left).unwrap_or_else(|_| {
+                panic!("no line with {tag:?} from the child within {within:?}")
+            });
+            if let Some(at) = line.find(tag) {
+                return line[at + tag.len()..].trim().to_string();
+            }
+        }
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`) with kill(1).
+    fn signal(&self, signal: &str) {
+        let st = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("run kill");
+        assert!(st.success(), "kill -{signal} {}: {st}", self.child.id());
+    }
+
+    /// The process state letter of `/proc/<pid>/stat` (`T`: stopped).
+    fn state(&self) -> char {
+        let stat =
+            fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        // `pid (comm) S ...`: the state follows the last `)`.
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .unwrap_or('?')
+    }
+
     /// SIGKILL, then reap.
     fn kill9(&mut self) {
         let _ = self.child.kill();
@@ -194,6 +233,8 @@ fn crash_child() {
             sleep(Duration::from_secs(60));
         }
         "worker" => worker(&mut c),
+        "guarded" => guarded_worker(&mut c),
+        "paused" => paused_holder(&mut c),
         other => panic!("unknown child role {other}"),
     }
 }
@@ -706,6 +747,62 @@ fn worker(c: &mut redis::Connection) {
     }
 }
 
+/// Keeps `workers` child processes in `role` (each told `dir` and `until`, wall-clock
+/// microseconds) running on `s` until shortly before `until`, SIGKILLing one every 100-300 ms
+/// (half the time the current holder of `key`, whose token is `<worker id>-<n>`, else any,
+/// most likely a waiter) and starting a fresh one in its place; then waits for the survivors
+/// to finish, each with success. Returns the number of kills and of processes started.
+#[allow(clippy::too_many_arguments)]
+fn run_workers_killing_at_random(
+    s: &Server,
+    c: &mut redis::Connection,
+    role: &str,
+    key: &str,
+    dir: &Path,
+    until: i64,
+    workers: usize,
+    rng: &mut StdRng,
+) -> (usize, usize) {
+    let spawn = |id: usize| {
+        Proc::child(
+            role,
+            &[
+                ("REDIS_LOCK_CRASH_PORT", s.port.to_string()),
+                ("REDIS_LOCK_CRASH_WORKER", id.to_string()),
+                ("REDIS_LOCK_CRASH_DIR", dir.display().to_string()),
+                ("REDIS_LOCK_CRASH_UNTIL", until.to_string()),
+            ],
+        )
+    };
+    let mut live: Vec<(usize, Proc)> = (0..workers).map(|id| (id, spawn(id))).collect();
+    let mut next_id = workers;
+    let mut kills = 0;
+    while wall_us() < until - 400_000 {
+        sleep(Duration::from_millis(rng.gen_range(100..300)));
+        // Half the time the current holder, else anyone (most likely a waiter).
+        let holder = info(c, key)
+            .and_then(|i| i.holder)
+            .and_then(|h| String::from_utf8(h).ok())
+            .and_then(|h| h.split('-').next().and_then(|w| w.parse::<usize>().ok()));
+        let victim = match holder.and_then(|h| live.iter().position(|(id, _)| *id == h)) {
+            Some(at) if rng.gen_bool(0.5) => at,
+            _ => rng.gen_range(0..live.len()),
+        };
+        let (_, mut p) = live.remove(victim);
+        p.kill9();
+        kills += 1;
+        live.push((next_id, spawn(next_id)));
+        next_id += 1;
+    }
+    for (id, p) in &mut live {
+        let st = p
+            .wait_exit(Duration::from_secs(10))
+            .unwrap_or_else(|| panic!("{role} {id} did not finish"));
+        assert!(st.success(), "{role} {id} failed: {st}");
+    }
+    (kills, next_id)
+}
+
 /// One grant, as the log tells it.
 #[derive(Debug, Default, Clone)]
 struct Section {
@@ -736,43 +833,9 @@ fn workers_killed_at_random_never_overlap_and_the_resource_sees_increasing_fence
     let until = wall_us() + RUN.as_micros() as i64;
     let seed = wall_us() as u64;
     let mut rng = StdRng::seed_from_u64(seed);
-    let spawn = |id: usize| {
-        Proc::child(
-            "worker",
-            &[
-                ("REDIS_LOCK_CRASH_PORT", s.port.to_string()),
-                ("REDIS_LOCK_CRASH_WORKER", id.to_string()),
-                ("REDIS_LOCK_CRASH_DIR", dir.display().to_string()),
-                ("REDIS_LOCK_CRASH_UNTIL", until.to_string()),
-            ],
-        )
-    };
-    let mut live: Vec<(usize, Proc)> = (0..WORKERS).map(|id| (id, spawn(id))).collect();
-    let mut next_id = WORKERS;
-    let mut kills = 0;
-    while wall_us() < until - 400_000 {
-        sleep(Duration::from_millis(rng.gen_range(100..300)));
-        // Half the time the current holder, else anyone (most likely a waiter).
-        let holder = info(&mut c, "resource")
-            .and_then(|i| i.holder)
-            .and_then(|h| String::from_utf8(h).ok())
-            .and_then(|h| h.split('-').next().and_then(|w| w.parse::<usize>().ok()));
-        let victim = match holder.and_then(|h| live.iter().position(|(id, _)| *id == h)) {
-            Some(at) if rng.gen_bool(0.5) => at,
-            _ => rng.gen_range(0..live.len()),
-        };
-        let (_, mut p) = live.remove(victim);
-        p.kill9();
-        kills += 1;
-        live.push((next_id, spawn(next_id)));
-        next_id += 1;
-    }
-    for (id, p) in &mut live {
-        let st = p
-            .wait_exit(Duration::from_secs(10))
-            .unwrap_or_else(|| panic!("worker {id} did not finish"));
-        assert!(st.success(), "worker {id} failed: {st}");
-    }
+    let (kills, next_id) = run_workers_killing_at_random(
+        &s, &mut c, "worker", "resource", &dir, until, WORKERS, &mut rng,
+    );
 
     // What the workers and the resource saw.
     let text = fs::read_to_string(dir.join("log")).unwrap();
@@ -864,5 +927,599 @@ fn workers_killed_at_random_never_overlap_and_the_resource_sees_increasing_fence
     assert_eq!(
         refused_valid, 0,
         "the resource refused the fence of a holder whose lease was valid"
+    );
+}
+
+// ------------------------------- the same, with the resource a Redis key behind LOCK.GUARD
+
+const GUARD_LOCK: &str = "guarded";
+const GUARD_DATA: &str = "guarded:data";
+
+/// One `LOCK.GUARD GUARD_LOCK fence RPUSH GUARD_DATA fence:worker:seq` of a guarded worker,
+/// noted before it is sent (`W fence worker seq kind grant since`: the grant's fence, and the
+/// monotonic microseconds from reading the grant to sending this write) and after its reply
+/// (`w fence worker seq reply`: `OK` or the full `FENCED ...` error).
+struct Guarded<'a> {
+    c: &'a mut redis::Connection,
+    log: fs::File,
+    id: String,
+    seq: u64,
+}
+
+impl Guarded<'_> {
+    fn note(&mut self, line: String) {
+        self.log.write_all(format!("{line}\n").as_bytes()).unwrap();
+    }
+
+    /// `kind`: `in` (while the worker believes it holds the lock), `old` (a fence of this
+    /// hold that `LOCK.FENCE` superseded), `over` (sent past the lease), `late` (after the
+    /// release). Returns whether it landed.
+    fn write(&mut self, fence: i64, kind: &str, grant: i64, granted: Instant) -> bool {
+        self.seq += 1;
+        let (id, seq) = (self.id.clone(), self.seq);
+        let since = granted.elapsed().as_micros();
+        self.note(format!("W {fence} {id} {seq} {kind} {grant} {since}"));
+        let entry = format!("{fence}:{id}:{seq}");
+        let r = cmd!(
+            self.c,
+            "LOCK.GUARD",
+            GUARD_LOCK,
+            fence,
+            "RPUSH",
+            GUARD_DATA,
+            &entry
+        );
+        let (landed, reply) = match r {
+            Ok(Value::Int(_)) => (true, "OK".to_string()),
+            Err(e) if e.starts_with("FENCED ") => (false, e),
+            other => panic!("guarded worker: LOCK.GUARD {fence} RPUSH {entry}: {other:?}"),
+        };
+        self.note(format!("w {fence} {id} {seq} {reply}"));
+        landed
+    }
+}
+
+/// The worker loop of a child process whose resource is the Redis list `GUARD_DATA`,
+/// written only through `LOCK.GUARD`: acquire → guarded write → sometimes `LOCK.FENCE`, a
+/// write with the new fence and one with the superseded one → work (or, now and then,
+/// overrun the lease, with probability `$REDIS_LOCK_CRASH_OVERRUN`, 0.15 if it is unset, and
+/// on the first grant if it is set) → guarded write → release → sometimes one more write
+/// after it. Besides the writes (see [`Guarded`]) the log has `A fence worker` (granted),
+/// `F new worker old` (`LOCK.FENCE`), `r fence worker` (release about to be sent) and
+/// `Y`/`N fence worker` (its reply, 1 / 0).
+fn guarded_worker(c: &mut redis::Connection) {
+    let id = env_var("REDIS_LOCK_CRASH_WORKER");
+    let dir = env_var("REDIS_LOCK_CRASH_DIR");
+    let until: i64 = env_var("REDIS_LOCK_CRASH_UNTIL").parse().unwrap();
+    let log = OpenOptions::new()
+        .append(true)
+        .open(Path::new(&dir).join("log"))
+        .unwrap();
+    let mut g = Guarded {
+        c,
+        log,
+        id: id.clone(),
+        seq: 0,
+    };
+    let mut rng = StdRng::seed_from_u64(wall_us() as u64 ^ std::process::id() as u64);
+    let ttl = Duration::from_millis(WORK_TTL);
+    let given = std::env::var("REDIS_LOCK_CRASH_OVERRUN").ok();
+    let overrun: f64 = given.as_ref().map_or(0.15, |p| p.parse().unwrap());
+    let overrun_first = given.is_some();
+    let (mut n, mut grants) = (0, 0);
+    while wall_us() < until {
+        n += 1;
+        let tok = format!("{id}-{n}");
+        let v = cmd!(
+            g.c,
+            "LOCK.ACQUIRE",
+            GUARD_LOCK,
+            &tok,
+            WORK_TTL,
+            "WAIT",
+            1000
+        );
+        let granted = Instant::now();
+        let f = match v {
+            Ok(Value::Int(f)) => f,
+            Ok(Value::Nil) => continue,
+            other => panic!("guarded worker: LOCK.ACQUIRE: {other:?}"),
+        };
+        g.note(format!("A {f} {id}"));
+        let mut cur = f;
+        g.write(cur, "in", f, granted);
+        if rng.gen_bool(0.25) {
+            match cmd!(g.c, "LOCK.FENCE", GUARD_LOCK, &tok) {
+                Ok(Value::Int(f2)) => {
+                    g.note(format!("F {f2} {id} {cur}"));
+                    let old = cur;
+                    cur = f2;
+                    g.write(cur, "in", f, granted);
+                    g.write(old, "old", f, granted);
+                }
+                Ok(Value::Nil) => {} // the lease ended meanwhile (a slow machine)
+                other => panic!("guarded worker: LOCK.FENCE: {other:?}"),
+            }
+        }
+        grants += 1;
+        if (overrun_first && grants == 1) || rng.gen_bool(overrun) {
+            // Overrun the lease, as a holder paused by GC or swap would, then write.
+            let past = granted + ttl + Duration::from_millis(100);
+            sleep(past.saturating_duration_since(Instant::now()));
+            g.write(cur, "over", f, granted);
+        } else {
+            sleep(Duration::from_millis(rng.gen_range(1..=WORK_MAX_MS)));
+            g.write(cur, "in", f, granted);
+        }
+        g.note(format!("r {f} {id}"));
+        let r = cmd!(g.c, "LOCK.RELEASE", GUARD_LOCK, &tok);
+        let released = match r {
+            Ok(Value::Int(r)) => r == 1,
+            other => panic!("guarded worker: LOCK.RELEASE: {other:?}"),
+        };
+        g.note(format!("{} {f} {id}", if released { "Y" } else { "N" }));
+        if rng.gen_bool(0.3) {
+            g.write(cur, "late", f, granted);
+        }
+    }
+}
+
+/// One guarded write, as the log tells it.
+#[derive(Debug, Clone)]
+struct GuardedWrite {
+    fence: i64,
+    kind: String,
+    /// The fence of the grant it was made under.
+    grant: i64,
+    /// Microseconds from reading the grant to sending it.
+    since: i64,
+    /// The reply, if the worker lived to note it.
+    reply: Option<String>,
+}
+
+#[test]
+fn workers_killed_at_random_land_no_stale_guarded_write() {
+    const WORKERS: usize = 4;
+    const RUN: Duration = Duration::from_secs(6);
+    /// The id of the worker that is never killed (the others count from 0).
+    const SPARED: usize = 1_000_000;
+    // A write sent this long after its grant was read is past the lease: the lease was
+    // granted before the reply was read and lasts WORK_TTL (the margin is rounding only).
+    let past_lease_us = WORK_TTL as i64 * 1000 + 2_000;
+    let s = Server::new();
+    let mut c = s.conn();
+    let dir = s.dir.join("shared");
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(dir.join("log"), "").unwrap();
+    let until = wall_us() + RUN.as_micros() as i64;
+    let seed = wall_us() as u64;
+    let mut rng = StdRng::seed_from_u64(seed);
+    // The holders the kill loop picks are often ones overrunning their lease (they hold the
+    // lock longest), so one more worker, which it never kills, overruns on its first grant
+    // and then a third of the time.
+    let mut spared = Proc::child(
+        "guarded",
+        &[
+            ("REDIS_LOCK_CRASH_PORT", s.port.to_string()),
+            ("REDIS_LOCK_CRASH_WORKER", SPARED.to_string()),
+            ("REDIS_LOCK_CRASH_DIR", dir.display().to_string()),
+            ("REDIS_LOCK_CRASH_UNTIL", until.to_string()),
+            ("REDIS_LOCK_CRASH_OVERRUN", "0.3".to_string()),
+        ],
+    );
+    let (kills, started) = run_workers_killing_at_random(
+        &s, &mut c, "guarded", GUARD_LOCK, &dir, until, WORKERS, &mut rng,
+    );
+    let st = spared
+        .wait_exit(Duration::from_secs(10))
+        .expect("the spared worker did not finish");
+    assert!(st.success(), "the spared worker failed: {st}");
+
+    // What the workers sent and were told.
+    let text = fs::read_to_string(dir.join("log")).unwrap();
+    let mut writes: HashMap<(String, u64), GuardedWrite> = HashMap::new();
+    let mut granted = std::collections::HashSet::new();
+    let (mut fenced_again, mut released, mut lapsed) = (0, 0, 0);
+    for line in text.lines() {
+        let p: Vec<&str> = line.splitn(5, ' ').collect();
+        let num = |i: usize| -> i64 { p[i].parse().unwrap_or_else(|_| panic!("{line:?}")) };
+        match p[0] {
+            "A" => assert!(granted.insert(num(1)), "fence granted twice: {line:?}"),
+            "F" => fenced_again += 1,
+            "r" => {}
+            "Y" => released += 1,
+            "N" => lapsed += 1,
+            "W" => {
+                let q: Vec<&str> = line.split(' ').collect();
+                let n = |i: usize| -> i64 { q[i].parse().unwrap_or_else(|_| panic!("{line:?}")) };
+                let old = writes.insert(
+                    (q[2].to_string(), n(3) as u64),
+                    GuardedWrite {
+                        fence: n(1),
+                        kind: q[4].to_string(),
+                        grant: n(5),
+                        since: n(6),
+                        reply: None,
+                    },
+                );
+                assert!(old.is_none(), "write noted twice: {line:?}");
+            }
+            "w" => {
+                let w = writes
+                    .get_mut(&(p[2].to_string(), num(3) as u64))
+                    .unwrap_or_else(|| panic!("reply to a write never sent: {line:?}"));
+                assert_eq!(w.fence, num(1), "{line:?}");
+                w.reply = Some(p[4].to_string());
+            }
+            _ => panic!("bad log line {line:?}"),
+        }
+    }
+
+    for w in writes.values() {
+        assert!(
+            granted.contains(&w.grant) && w.fence >= w.grant,
+            "a write under a grant never noted: {w:?}"
+        );
+    }
+    let grants = granted.len();
+
+    // What landed, in the order the server applied it.
+    let landed: Vec<String> = redis::cmd("LRANGE")
+        .arg(GUARD_DATA)
+        .arg(0)
+        .arg(-1)
+        .query(&mut c)
+        .unwrap();
+    let mut seen: HashMap<(String, u64), usize> = HashMap::new();
+    let (mut below_landed, mut after_hold, mut superseded, mut max) = (0, 0, 0, 0i64);
+    let mut stale_examples = Vec::new();
+    for (at, e) in landed.iter().enumerate() {
+        let p: Vec<&str> = e.split(':').collect();
+        assert_eq!(p.len(), 3, "entry {e:?}");
+        let key = (p[1].to_string(), p[2].parse::<u64>().unwrap());
+        let f: i64 = p[0].parse().unwrap();
+        let w = writes
+            .get(&key)
+            .unwrap_or_else(|| panic!("entry {e:?} at {at} was never sent"));
+        assert_eq!(w.fence, f, "entry {e:?}: {w:?}");
+        assert!(seen.insert(key, at).is_none(), "entry {e:?} landed twice");
+        let mut stale = false;
+        if f < max {
+            below_landed += 1;
+            stale = true;
+        }
+        if w.kind == "late" || w.kind == "over" || w.since > past_lease_us {
+            after_hold += 1;
+            stale = true;
+        }
+        if w.kind == "old" {
+            superseded += 1;
+            stale = true;
+        }
+        if stale && stale_examples.len() < 5 {
+            stale_examples.push(format!(
+                "{e:?} at {at} (highest fence landed before: {max}): {w:?}"
+            ));
+        }
+        max = max.max(f);
+    }
+    let stale = below_landed + after_hold + superseded;
+
+    // Every reply agrees with the list: OK landed, FENCED did not.
+    let mut disagree = Vec::new();
+    let mut by_kind: HashMap<(&str, &str), usize> = HashMap::new();
+    let mut reasons: HashMap<&str, usize> = HashMap::new();
+    for (key, w) in &writes {
+        let Some(reply) = &w.reply else { continue };
+        let ok = reply == "OK";
+        if ok != seen.contains_key(key) {
+            disagree.push(format!("{key:?} {w:?}"));
+        }
+        *by_kind
+            .entry((w.kind.as_str(), if ok { "landed" } else { "refused" }))
+            .or_default() += 1;
+        if !ok {
+            *reasons.entry(reply.as_str()).or_default() += 1;
+        }
+    }
+    let count = |kind: &str, what: &str| by_kind.get(&(kind, what)).copied().unwrap_or(0);
+    let refused: usize = reasons.values().sum();
+    let unanswered = writes.values().filter(|w| w.reply.is_none()).count();
+    let runs = lock_stat(&mut c, "lock_guarded_runs");
+    let refusals = lock_stat(&mut c, "lock_guarded_refusals");
+    eprintln!(
+        "guarded writes (seed {seed}): {grants} grants to {started} worker processes, {kills} \
+         SIGKILLs, {released} released / {lapsed} lapsed, {fenced_again} LOCK.FENCE; {} guarded \
+         writes sent ({unanswered} unanswered: killed), {} landed, {refused} refused: in-lease \
+         {}/{}, superseded fence {}/{}, past the lease {}/{}, after the release {}/{} \
+         (landed/refused); reasons {reasons:?}; INFO lock_guarded_runs {runs:?} \
+         lock_guarded_refusals {refusals:?}; stale writes landed: {stale} ({below_landed} below a \
+         landed fence, {after_hold} after the hold, {superseded} with a superseded fence)",
+        writes.len(),
+        landed.len(),
+        count("in", "landed"),
+        count("in", "refused"),
+        count("old", "landed"),
+        count("old", "refused"),
+        count("over", "landed"),
+        count("over", "refused"),
+        count("late", "landed"),
+        count("late", "refused"),
+    );
+    for e in &stale_examples {
+        eprintln!("STALE: {e}");
+    }
+    assert_eq!(stale, 0, "stale guarded writes landed: {stale_examples:#?}");
+    assert!(
+        disagree.is_empty(),
+        "replies that disagree with the list ({}): {:?}",
+        disagree.len(),
+        &disagree[..disagree.len().min(5)]
+    );
+    assert!(kills >= 5, "only {kills} kills");
+    assert!(
+        landed.len() >= 40,
+        "too little progress: {} guarded writes landed",
+        landed.len()
+    );
+    assert!(refused >= 10, "only {refused} guarded writes refused");
+    for kind in ["old", "over", "late"] {
+        assert!(count(kind, "refused") >= 1, "no {kind} write refused");
+    }
+    for r in reasons.keys() {
+        assert!(
+            *r == "FENCED the lock is held under a newer fence"
+                || *r == "FENCED the lock is not held",
+            "unexpected refusal {r:?}"
+        );
+    }
+    // Every guarded command ran RPUSH on this list or was refused; a write whose worker was
+    // killed before noting the reply counts on the server either way.
+    assert_eq!(
+        runs,
+        Some(landed.len() as i64),
+        "INFO lock_guarded_runs against the entries in the list"
+    );
+    let refusals = refusals.expect("INFO lock has lock_guarded_refusals");
+    assert!(
+        refusals >= refused as i64 && refusals + landed.len() as i64 <= writes.len() as i64,
+        "INFO lock_guarded_refusals {refusals}: {refused} refusals noted, {} writes sent, {} \
+         landed",
+        writes.len(),
+        landed.len()
+    );
+}
+
+// ------------------------------------------------- the paused holder, end to end (SIGSTOP)
+
+/// A reply as one line of text: `OK <value>` or the full error.
+fn reply_text(r: Result<Value, String>) -> String {
+    match r {
+        Ok(v) => format!("OK {v:?}"),
+        Err(e) => e,
+    }
+}
+
+/// Waits (polling, 60 s at most) until `path` exists.
+fn wait_for_file(path: &Path) {
+    assert!(
+        wait_until(Duration::from_secs(60), || path.exists()),
+        "child: {} never appeared",
+        path.display()
+    );
+}
+
+/// The holder of the paused-holder test: takes the lock (`old`, ttl from the environment),
+/// prints `FENCE f`, writes once through `LOCK.GUARD` with it (prints `WROTE reply`), then
+/// works until the file `go1` appears — the parent stops it with SIGSTOP meanwhile — and
+/// writes with its fence again, as a holder that does not know it was paused: an `RPUSH`
+/// and a `SET` (prints `RESULT1 <ms since the grant> | reply | reply`). When `go2` appears it
+/// tries once more (prints `RESULT2 reply`).
+fn paused_holder(c: &mut redis::Connection) {
+    let key = env_var("REDIS_LOCK_CRASH_KEY");
+    let list = env_var("REDIS_LOCK_CRASH_LIST");
+    let value = env_var("REDIS_LOCK_CRASH_VALUE");
+    let ttl: u64 = env_var("REDIS_LOCK_CRASH_TTL").parse().unwrap();
+    let dir = env_var("REDIS_LOCK_CRASH_DIR");
+    let dir = Path::new(&dir);
+    let f = match cmd!(c, "LOCK.ACQUIRE", &key, "old", ttl) {
+        Ok(Value::Int(f)) => f,
+        other => panic!("child: LOCK.ACQUIRE: {other:?}"),
+    };
+    let granted = Instant::now();
+    println!("\nFENCE {f}");
+    let r = cmd!(
+        c,
+        "LOCK.GUARD",
+        &key,
+        f,
+        "RPUSH",
+        &list,
+        format!("old:{f}:1")
+    );
+    println!("WROTE {}", reply_text(r));
+    wait_for_file(&dir.join("go1"));
+    let since = granted.elapsed().as_millis();
+    let push = cmd!(
+        c,
+        "LOCK.GUARD",
+        &key,
+        f,
+        "RPUSH",
+        &list,
+        format!("old:{f}:2")
+    );
+    let set = cmd!(c, "LOCK.GUARD", &key, f, "SET", &value, "old");
+    println!(
+        "RESULT1 {since} | {} | {}",
+        reply_text(push),
+        reply_text(set)
+    );
+    wait_for_file(&dir.join("go2"));
+    let push = cmd!(
+        c,
+        "LOCK.GUARD",
+        &key,
+        f,
+        "RPUSH",
+        &list,
+        format!("old:{f}:3")
+    );
+    println!("RESULT2 {}", reply_text(push));
+}
+
+#[test]
+fn a_holder_paused_past_its_lease_is_refused_by_lock_guard() {
+    const TTL: u64 = 2000;
+    let (key, list, value) = ("{order:42}:lock", "{order:42}:log", "{order:42}:state");
+    let s = Server::new();
+    let mut c = s.conn();
+    let dir = s.dir.join("paused");
+    fs::create_dir_all(&dir).unwrap();
+    let stat = |c: &mut redis::Connection, f: &str| lock_stat(c, f).unwrap_or(-1);
+    let (runs0, refusals0) = (
+        stat(&mut c, "lock_guarded_runs"),
+        stat(&mut c, "lock_guarded_refusals"),
+    );
+
+    // The old holder takes the lock and writes under its fence.
+    let spawned = Instant::now();
+    let mut old = Proc::child(
+        "paused",
+        &[
+            ("REDIS_LOCK_CRASH_PORT", s.port.to_string()),
+            ("REDIS_LOCK_CRASH_KEY", key.to_string()),
+            ("REDIS_LOCK_CRASH_LIST", list.to_string()),
+            ("REDIS_LOCK_CRASH_VALUE", value.to_string()),
+            ("REDIS_LOCK_CRASH_TTL", TTL.to_string()),
+            ("REDIS_LOCK_CRASH_DIR", dir.display().to_string()),
+        ],
+    );
+    let f1 = old.fence(Duration::from_secs(20));
+    assert_eq!(
+        old.line_after("WROTE ", Duration::from_secs(10)),
+        "OK int(1)",
+        "the holder's write under its valid fence"
+    );
+
+    // Paused (SIGSTOP) while it holds the lock.
+    old.signal("STOP");
+    assert!(
+        wait_until(Duration::from_secs(5), || old.state() == 'T'),
+        "the holder is not stopped: state {:?}",
+        old.state()
+    );
+
+    // A new holder queues and is served when the paused holder's lease ends; it writes.
+    let f2 = match cmd!(&mut c, "LOCK.ACQUIRE", key, "new", 60_000, "WAIT", 20_000) {
+        Ok(Value::Int(f)) => f,
+        other => panic!("new holder: LOCK.ACQUIRE … WAIT: {other:?}"),
+    };
+    let granted = Instant::now();
+    assert!(f2 > f1, "new holder's fence {f2} after {f1}");
+    assert!(
+        granted >= spawned + Duration::from_millis(TTL),
+        "the new holder was granted {:?} after the old one was started, within its {TTL} ms \
+         lease",
+        granted - spawned
+    );
+    for n in 1..=2 {
+        assert_eq!(
+            cmd!(
+                &mut c,
+                "LOCK.GUARD",
+                key,
+                f2,
+                "RPUSH",
+                list,
+                format!("new:{f2}:{n}")
+            ),
+            Ok(Value::Int(n + 1))
+        );
+    }
+    assert_eq!(
+        cmd!(&mut c, "LOCK.GUARD", key, f2, "SET", value, "new"),
+        Ok(Value::Okay)
+    );
+    assert_eq!(
+        old.state(),
+        'T',
+        "the old holder ran while it should be stopped"
+    );
+
+    // The old holder resumes and writes with its old fence: refused, nothing changes.
+    fs::write(dir.join("go1"), "").unwrap();
+    old.signal("CONT");
+    let r1 = old.line_after("RESULT1 ", Duration::from_secs(20));
+    let parts: Vec<&str> = r1.split(" | ").collect();
+    assert_eq!(parts.len(), 3, "RESULT1 {r1}");
+    let paused_ms: u64 = parts[0].parse().unwrap();
+    // Its lease ended before the new grant (the server's word for it); its own clock, read
+    // from its grant reply, agrees within scheduling noise.
+    assert!(
+        paused_ms + SLACK.as_millis() as u64 >= TTL,
+        "the old holder wrote {paused_ms} ms after its grant: it was not paused past its \
+         {TTL} ms lease"
+    );
+    assert_eq!(
+        &parts[1..],
+        [
+            "FENCED the lock is held under a newer fence",
+            "FENCED the lock is held under a newer fence"
+        ],
+        "the paused holder's RPUSH and SET with fence {f1} (the lock is held under {f2})"
+    );
+    let expected = vec![
+        format!("old:{f1}:1"),
+        format!("new:{f2}:1"),
+        format!("new:{f2}:2"),
+    ];
+    let lrange = |c: &mut redis::Connection| -> Vec<String> {
+        redis::cmd("LRANGE")
+            .arg(list)
+            .arg(0)
+            .arg(-1)
+            .query(c)
+            .unwrap()
+    };
+    assert_eq!(lrange(&mut c), expected);
+    assert_eq!(
+        cmd!(&mut c, "GET", value),
+        Ok(Value::BulkString(b"new".to_vec()))
+    );
+    let i = info(&mut c, key).unwrap();
+    assert_eq!((i.holder.as_deref(), i.fence), (Some(&b"new"[..]), f2));
+
+    // After the new holder releases, the old fence is still refused: nobody holds the lock.
+    assert_eq!(release(&mut c, key, "new"), 1);
+    fs::write(dir.join("go2"), "").unwrap();
+    assert_eq!(
+        old.line_after("RESULT2 ", Duration::from_secs(20)),
+        "FENCED the lock is not held"
+    );
+    let st = old
+        .wait_exit(Duration::from_secs(20))
+        .expect("the old holder did not exit");
+    assert!(st.success(), "the old holder failed: {st}");
+    assert_eq!(lrange(&mut c), expected);
+    assert_eq!(
+        cmd!(&mut c, "GET", value),
+        Ok(Value::BulkString(b"new".to_vec()))
+    );
+    let (runs, refusals) = (
+        stat(&mut c, "lock_guarded_runs"),
+        stat(&mut c, "lock_guarded_refusals"),
+    );
+    assert_eq!(
+        (runs - runs0, refusals - refusals0),
+        (4, 3),
+        "INFO lock_guarded_runs / lock_guarded_refusals: {runs0} -> {runs}, {refusals0} -> \
+         {refusals}"
+    );
+    eprintln!(
+        "paused holder: fence {f1}, stopped, its {TTL} ms lease ended; the new holder was \
+         granted {f2} {:?} after the old one was started and wrote; the old one resumed {paused_ms} \
+         ms after its grant and was refused (newer fence, then not held)",
+        granted - spawned
     );
 }

@@ -1,7 +1,8 @@
-"""The redis-lock flow from redis-py: acquire -> fence -> extend -> info -> release, and a
-blocking LOCK.ACQUIRE ... WAIT on a second connection that is granted on release.
+"""The redis-lock flow from redis-py: acquire -> fence -> guarded writes -> extend -> info ->
+release, and a blocking LOCK.ACQUIRE ... WAIT on a second connection that is granted on release.
 
-Also the recommended client-side pattern that docs/CLIENTS.md shows (with_lock, FencedStore).
+Also the recommended client-side pattern that docs/CLIENTS.md shows (with_lock, FencedStore,
+and guarded writes through LOCK.GUARD with its `guarded` helper).
 
 Run by tests/clients.rs as `python flow.py <port> [flow|pattern|all]` in a venv with
 tests/clients/requirements.txt; exits non-zero (an AssertionError) on the first failure.
@@ -31,6 +32,7 @@ def info_dict(reply):
 
 def flow(port, protocol):
     key = f"orders:{uuid.uuid4()}"
+    data = f"{key}:data"
     token = str(uuid.uuid4())
     other = str(uuid.uuid4())
     a = redis.Redis(host="127.0.0.1", port=port, protocol=protocol, socket_timeout=30)
@@ -44,6 +46,15 @@ def flow(port, protocol):
         f2 = a.execute_command("LOCK.FENCE", key, token)
         assert isinstance(f2, int) and f2 > f1, f"fence {f2!r} must exceed {f1}"
         assert b.execute_command("LOCK.FENCE", key, other) is None, "fence by a non-holder"
+
+        # Guarded writes: the current fence lands, the one LOCK.FENCE replaced is refused.
+        assert guarded(a, key, f2, "SET", data, "by-f2") == b"OK"
+        try:
+            guarded(b, key, f1, "SET", data, "by-f1")
+            raise AssertionError("a write under a replaced fence landed")
+        except Fenced as e:
+            assert str(e) == "FENCED the lock is held under a newer fence", e
+        assert a.get(data) == b"by-f2"
 
         assert a.execute_command("LOCK.EXTEND", key, token, 60000) == 1
         assert b.execute_command("LOCK.EXTEND", key, other, 60000) == 0
@@ -87,6 +98,7 @@ def flow(port, protocol):
         assert b.execute_command("LOCK.RELEASE", key, other) == 1
         assert a.execute_command("LOCK.INFO", key) is None, "released and nobody waits: gone"
         assert a.exists(key) == 0
+        a.delete(data)
 
         # Errors raise ResponseError with the server's text.
         try:
@@ -129,6 +141,24 @@ def with_lock(r, key, ttl_ms, work, wait_ms=5000):
         r.execute_command("LOCK.RELEASE", key, token)
 
 
+class Fenced(Exception):
+    """The lock is no longer held under this fence: the guarded command did not run."""
+
+
+def guarded(r, lock_key, fence, *command):
+    """Runs `command` only while `fence` is the current fence of the lock at `lock_key`.
+
+    Returns the command's reply (an error of the command itself raises as usual); raises
+    Fenced, and nothing ran, if the lock is not held under `fence` any more.
+    """
+    try:
+        return r.execute_command("LOCK.GUARD", lock_key, fence, *command)
+    except redis.ResponseError as e:
+        if str(e).startswith("FENCED "):
+            raise Fenced(str(e)) from None
+        raise
+
+
 class FencedStore:
     """A resource that checks fences: it refuses a write older than one it has accepted."""
 
@@ -144,6 +174,7 @@ class FencedStore:
 def pattern(port):
     r = redis.Redis(host="127.0.0.1", port=port, socket_timeout=30)
     key = f"orders:{uuid.uuid4()}"
+    data = f"{key}:data"
     store = FencedStore()
     try:
         # The work outlives the 500 ms ttl; the keep-alive holds the lock all along.
@@ -152,18 +183,30 @@ def pattern(port):
             assert not lost.is_set(), "the keep-alive lost the lock"
             assert info_dict(r.execute_command("LOCK.INFO", key))["fence"] == fence
             store.write(fence, "first")
+            assert guarded(r, key, fence, "SET", data, "first") == b"OK"
             return fence
 
         f1 = with_lock(r, key, 500, slow_work)
         assert r.execute_command("LOCK.INFO", key) is None, "released after the work"
 
         # A holder that stalls past its lease (no keep-alive) while another takes over: the
-        # store refuses the stale holder's late write.
+        # store refuses the stale holder's late write, and so does LOCK.GUARD in Redis.
         stale = str(uuid.uuid4())
         f_stale = r.execute_command("LOCK.ACQUIRE", key, stale, 100)
         assert f_stale > f1
         time.sleep(0.3)
-        f_new = with_lock(r, key, 10000, lambda fence, lost: (store.write(fence, "new"), fence)[1])
+
+        def new_holder(fence, lost):
+            store.write(fence, "new")
+            assert guarded(r, key, fence, "SET", data, "new") == b"OK"
+            try:
+                guarded(r, key, f_stale, "SET", data, "late")  # the stalled holder wakes up
+                raise AssertionError("a stale guarded write landed")
+            except Fenced as e:
+                assert str(e) == "FENCED the lock is held under a newer fence", e
+            return fence
+
+        f_new = with_lock(r, key, 10000, new_holder)
         assert f_new > f_stale
         try:
             store.write(f_stale, "late")
@@ -171,6 +214,12 @@ def pattern(port):
         except PermissionError:
             pass
         assert store.value == "new"
+        assert r.get(data) == b"new", "only the holders' writes landed"
+        try:
+            guarded(r, key, f_new, "SET", data, "after")  # released: nobody holds it
+            raise AssertionError("a guarded write landed on a released lock")
+        except Fenced as e:
+            assert str(e) == "FENCED the lock is not held", e
         assert r.execute_command("LOCK.RELEASE", key, stale) == 0, "the stalled holder lost it"
         return f1, f_stale, f_new
     finally:

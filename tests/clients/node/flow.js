@@ -1,6 +1,7 @@
-// The redis-lock flow from ioredis: acquire -> fence -> extend -> info -> release, and a
-// blocking LOCK.ACQUIRE ... WAIT on a second connection that is granted on release.
-// Also the recommended client-side pattern that docs/CLIENTS.md shows (withLock, FencedStore).
+// The redis-lock flow from ioredis: acquire -> fence -> guarded writes -> extend -> info ->
+// release, and a blocking LOCK.ACQUIRE ... WAIT on a second connection that is granted on
+// release. Also the recommended client-side pattern that docs/CLIENTS.md shows (withLock,
+// FencedStore, and guarded writes through LOCK.GUARD with its `guarded` helper).
 // Run by tests/clients.rs as `node flow.js <port> [flow|pattern|all]`; exits non-zero on the
 // first failure.
 "use strict";
@@ -40,6 +41,7 @@ function checkFence(f, what) {
 
 async function main() {
   const key = `orders:${randomUUID()}`;
+  const data = `${key}:data`;
   const token = randomUUID();
   const other = randomUUID();
   const a = connect();
@@ -56,6 +58,15 @@ async function main() {
     checkFence(f2, "fence");
     assert.ok(f2 > f1, `fence ${f2} must exceed ${f1}`);
     assert.equal(await b.call("LOCK.FENCE", key, other), null, "fence by a non-holder");
+
+    // Guarded writes: the current fence lands, the one LOCK.FENCE replaced is refused.
+    assert.equal(await guarded(a, key, f2, "SET", data, "by-f2"), "OK");
+    await assert.rejects(guarded(b, key, f1, "SET", data, "by-f1"), (e) => {
+      assert.ok(e instanceof Fenced, `not Fenced: ${e}`);
+      assert.equal(e.message, "FENCED the lock is held under a newer fence");
+      return true;
+    });
+    assert.equal(await a.get(data), "by-f2");
 
     assert.equal(await a.call("LOCK.EXTEND", key, token, 60000), 1);
     assert.equal(await b.call("LOCK.EXTEND", key, other, 60000), 0);
@@ -92,6 +103,7 @@ async function main() {
     assert.equal(await b.call("LOCK.RELEASE", key, other), 1);
     assert.equal(await a.call("LOCK.INFO", key), null, "released and nobody waits: gone");
     assert.equal(await a.exists(key), 0);
+    await a.del(data);
 
     // Errors arrive as rejected promises with the server's text.
     await assert.rejects(a.call("LOCK.ACQUIRE", key, token, 0), /ttl must be between/);
@@ -126,6 +138,25 @@ async function withLock(redis, key, ttlMs, work, waitMs = 5000) {
   }
 }
 
+// The lock is no longer held under this fence: the guarded command did not run.
+class Fenced extends Error {
+  name = "Fenced";
+}
+
+// Runs `command` only while `fence` is the current fence of the lock at `lockKey`. Resolves
+// to the command's reply (an error of the command itself rejects as usual); rejects with
+// Fenced, and nothing ran, if the lock is not held under `fence` any more.
+async function guarded(redis, lockKey, fence, ...command) {
+  try {
+    return await redis.call("LOCK.GUARD", lockKey, fence, ...command);
+  } catch (e) {
+    if (e instanceof Redis.ReplyError && e.message.startsWith("FENCED ")) {
+      throw new Fenced(e.message);
+    }
+    throw e;
+  }
+}
+
 // A resource that checks fences: it refuses a write older than one it has accepted.
 class FencedStore {
   constructor() {
@@ -144,6 +175,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 async function pattern() {
   const r = connect();
   const key = `orders:${randomUUID()}`;
+  const data = `${key}:data`;
   const store = new FencedStore();
   try {
     // The work outlives the 500 ms ttl; the keep-alive holds the lock all along.
@@ -152,23 +184,41 @@ async function pattern() {
       assert.ok(!isLost(), "the keep-alive lost the lock");
       assert.equal(infoObject(await r.call("LOCK.INFO", key)).fence, fence);
       store.write(fence, "first");
+      assert.equal(await guarded(r, key, fence, "SET", data, "first"), "OK");
       return fence;
     });
     assert.equal(await r.call("LOCK.INFO", key), null, "released after the work");
 
     // A holder that stalls past its lease while another takes over: the store refuses the
-    // stale holder's late write.
+    // stale holder's late write, and so does LOCK.GUARD in Redis.
     const stale = randomUUID();
     const fStale = await r.call("LOCK.ACQUIRE", key, stale, 100);
     assert.ok(fStale > f1);
     await sleep(300);
+    const fenced = (reason) => (e) => {
+      assert.ok(e instanceof Fenced, `not Fenced: ${e}`);
+      assert.equal(e.message, `FENCED ${reason}`);
+      return true;
+    };
     const fNew = await withLock(r, key, 10000, async (fence) => {
       store.write(fence, "new");
+      assert.equal(await guarded(r, key, fence, "SET", data, "new"), "OK");
+      // the stalled holder wakes up
+      await assert.rejects(
+        guarded(r, key, fStale, "SET", data, "late"),
+        fenced("the lock is held under a newer fence"),
+      );
       return fence;
     });
     assert.ok(fNew > fStale);
     assert.throws(() => store.write(fStale, "late"), /stale fence/);
     assert.equal(store.value, "new");
+    assert.equal(await r.get(data), "new", "only the holders' writes landed");
+    // released: nobody holds it
+    await assert.rejects(
+      guarded(r, key, fNew, "SET", data, "after"),
+      fenced("the lock is not held"),
+    );
     assert.equal(await r.call("LOCK.RELEASE", key, stale), 0, "the stalled holder lost it");
     console.log(`ioredis ${require("ioredis/package.json").version} pattern: ok (fences ${f1} < ${fStale} < ${fNew})`);
   } finally {
