@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
 
+pub mod guard;
+
 /// Runs a command built from its name and arguments; see [`run`].
 ///
 /// `cmd!(con, "LOCK.ACQUIRE", "k", "tok", 1000)` returns `Result<redis::Value, String>`
