@@ -3,8 +3,8 @@
 //! key's type, the fence itself). Each refused call changes nothing and counts only where
 //! `INFO lock` says (`lock_guarded_refusals` for `FENCED` replies).
 //!
-//! 1. Each reason a fence is refused (not held, a newer fence, an older one), and a holder
-//!    that slept past its lease.
+//! 1. Each reason a fence is refused (not held, a newer fence, an older one), a lease that
+//!    ended before the sweep removed its key, and a holder that slept past its lease.
 //! 2. Bad arguments: the arity, a fence that is not a positive 64-bit integer.
 //! 3. The checks in their documented order.
 //! 4. Inner commands that cannot be guarded (unknown, their own arity, blocking, `noscript`,
@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use common::guard::*;
 use common::*;
-use redis::{Connection, Value};
+use redis::{Connection, ConnectionLike, Value};
 
 // ------------------------------------------------------------------------ fence refusals
 
@@ -58,7 +58,8 @@ fn every_fence_refusal_names_its_reason_and_changes_nothing() {
     assert_eq!(release(&mut con, "released", HOLDER), 1);
     check(&mut con, "released", f, NOT_HELD, "after LOCK.RELEASE");
 
-    // Not held: the lease ended (whether or not the sweep has removed the key yet).
+    // Not held: the lease ended (the sweep has most likely removed the key by now; the key
+    // still there is a_lease_that_ended_is_refused_before_the_sweep_removes_its_key).
     let f = acquire(&mut con, "ended", HOLDER, 50).unwrap();
     sleep(Duration::from_millis(120));
     check(&mut con, "ended", f, NOT_HELD, "after the lease ended");
@@ -126,6 +127,57 @@ fn every_fence_refusal_names_its_reason_and_changes_nothing() {
     // And with the right fence, the same command runs.
     assert_eq!(guard(&mut con, "current", f, &inner), Ok(Value::Okay));
     assert_eq!(get(&mut con, "data"), bulk("new"));
+}
+
+/// A lease that has ended refuses the guard even while its key is still there: the sweep
+/// removes an ended lock within milliseconds, so the guard must come first. `DEBUG SLEEP`
+/// holds the server past the lease's end, and the commands after it were written in the
+/// same write, so the server runs them from its input buffer one after the other, with no
+/// turn of its event loop (where the sweep runs) in between. `EXISTS` shows that the key was
+/// still there when the guard ran; should the sweep have run before the sleep (the test
+/// process stalled for the whole lease), the round is tried again on a fresh key.
+#[test]
+fn a_lease_that_ended_is_refused_before_the_sweep_removes_its_key() {
+    let s = Server::new();
+    let mut con = s.conn();
+    for round in 0..5 {
+        let lk = format!("ended-unswept-{round}");
+        let f = acquire(&mut con, &lk, HOLDER, 100).expect("a fresh key is free");
+        let c = counters(&mut con);
+        let mut p = redis::pipe();
+        p.cmd("DEBUG").arg("SLEEP").arg("0.2");
+        p.cmd("EXISTS").arg(&lk);
+        p.cmd("LOCK.GUARD")
+            .arg(&lk)
+            .arg(f)
+            .arg("SET")
+            .arg("data")
+            .arg("new");
+        p.cmd("GET").arg("data");
+        // One write: the four commands reach the server's input buffer together.
+        let replies = con
+            .req_packed_commands(&p.get_packed_pipeline(), 0, 4)
+            .expect("the pipeline's replies");
+        let replies: Vec<Result<Value, String>> = replies.iter().map(item).collect();
+        assert_eq!(replies[0], Ok(Value::Okay), "DEBUG SLEEP 0.2");
+        assert_eq!(
+            replies[2],
+            Err(NOT_HELD.to_string()),
+            "LOCK.GUARD {lk} <fence> SET data new, 100 ms after a lease of 100 ms ended"
+        );
+        assert_eq!(
+            replies[3],
+            Ok(Value::Nil),
+            "GET data after the refused guard"
+        );
+        assert_counted(&mut con, c, 0, 1, "a guard after the lease ended");
+        match &replies[1] {
+            Ok(Value::Int(1)) => return,
+            Ok(Value::Int(0)) => continue,
+            other => panic!("EXISTS {lk}: {other:?}"),
+        }
+    }
+    panic!("the sweep removed the lock before DEBUG SLEEP in every round: the test proved nothing");
 }
 
 /// A holder that slept past its lease while another took the lock and wrote: its write

@@ -8,10 +8,15 @@
 //!    `RENAME` moves the lock.
 //! 4. The `INFO lock` counters: `lock_guarded_runs` counts inner commands run,
 //!    `lock_guarded_refusals` `FENCED` replies, and other refusals count in neither.
+//! 5. Loading and unloading a module changes the commands that may be guarded: what
+//!    `LOCK.GUARD` learned of a command is forgotten (`tests/support/probe_module.c`).
 
 mod common;
 
-use std::sync::mpsc;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{mpsc, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -249,6 +254,49 @@ fn info_counters_move_by_exactly_what_ran_and_what_was_fenced() {
     step(&mut con, 0, 0, "an inner arity error");
     assert_err_starts(&guard(&mut con, "str", f, &["SET", "a", "2"]), WRONGTYPE);
     step(&mut con, 0, 0, "WRONGTYPE lock key");
+    assert_err_starts(&guard(&mut con, "lk", f, &["MULTI"]), "ERR LOCK.GUARD:");
+    step(&mut con, 0, 0, "a noscript inner command");
+    assert_err_starts(
+        &guard(&mut con, "lk", f, &["LOCK.INFO", "lk"]),
+        "ERR LOCK.GUARD:",
+    );
+    step(&mut con, 0, 0, "a LOCK.* inner command");
+    // Refusals of the guarded command itself, as it is called: ACL, then maxmemory.
+    assert_eq!(
+        cmd!(
+            &mut con,
+            "ACL",
+            "SETUSER",
+            "noset",
+            "on",
+            ">pw",
+            "~*",
+            "+lock.guard",
+            "+get"
+        ),
+        Ok(Value::Okay)
+    );
+    let mut noset = s.conn();
+    assert_eq!(cmd!(&mut noset, "AUTH", "noset", "pw"), Ok(Value::Okay));
+    assert_eq!(
+        guard(&mut noset, "lk", f, &["SET", "x", "y"]),
+        Err(
+            "NOPERM LOCK.GUARD: this user has no permissions to run 'SET' or to touch its keys"
+                .to_string()
+        )
+    );
+    step(&mut con, 0, 0, "an inner SET the ACL refuses");
+    assert_eq!(guard(&mut noset, "lk", f, &["GET", "a"]), Ok(bulk("1")));
+    step(&mut con, 1, 0, "an inner GET the ACL allows");
+    must(
+        &mut con,
+        &args(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]),
+    );
+    must(&mut con, &args(&["CONFIG", "SET", "maxmemory", "1"]));
+    let r = guard(&mut con, "lk", f, &["SET", "x", "y"]);
+    must(&mut con, &args(&["CONFIG", "SET", "maxmemory", "0"]));
+    assert_err_starts(&r, OOM);
+    step(&mut con, 0, 0, "an inner SET refused over maxmemory");
     let t = transaction(
         &mut con,
         &[
@@ -270,4 +318,116 @@ fn info_counters_move_by_exactly_what_ran_and_what_was_fenced() {
     );
     step(&mut con, 0, 1, "EVAL that was fenced");
     assert_eq!(get(&mut con, "a"), bulk("5"));
+}
+
+// -------------------------------------------------------------------- the command table
+
+fn target_dir() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    match std::env::var("CARGO_TARGET_DIR") {
+        Ok(t) => manifest.join(t),
+        Err(_) => manifest.join("target"),
+    }
+}
+
+/// Compiles `tests/support/probe_module.c` once per test process (as `tests/clock_steps.rs`
+/// builds its library: under a private name, renamed into place).
+fn probe_so() -> &'static Path {
+    static SO: OnceLock<PathBuf> = OnceLock::new();
+    SO.get_or_init(|| {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/probe_module.c");
+        let dir = target_dir();
+        fs::create_dir_all(&dir).expect("create target dir");
+        let out = dir.join("probe_module.so");
+        let tmp = dir.join(format!("probe_module.so.{}", std::process::id()));
+        let res = Command::new("cc")
+            .args(["-shared", "-fPIC", "-O2", "-o"])
+            .arg(&tmp)
+            .arg(&src)
+            .output();
+        let res = match res {
+            Ok(r) => r,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
+                "the module-change test needs a C compiler: `cc` was not found \
+                 (install gcc, e.g. `apt-get install gcc`)"
+            ),
+            Err(e) => panic!("cannot run cc (the module-change test needs gcc): {e}"),
+        };
+        assert!(
+            res.status.success(),
+            "cc failed to build {}:\n{}",
+            src.display(),
+            String::from_utf8_lossy(&res.stderr)
+        );
+        fs::rename(&tmp, &out).expect("rename probe_module.so");
+        out.canonicalize().unwrap()
+    })
+}
+
+/// The flags `COMMAND INFO` gives a command (empty for one the server does not know).
+fn command_flags(con: &mut Connection, name: &str) -> Vec<String> {
+    let Ok(Value::Array(entries)) = cmd!(con, "COMMAND", "INFO", name) else {
+        panic!("COMMAND INFO {name}");
+    };
+    match entries.first() {
+        Some(Value::Array(entry)) => match entry.get(2) {
+            Some(Value::Array(flags)) => flags.iter().map(text).collect(),
+            other => panic!("COMMAND INFO {name}: flags {other:?}"),
+        },
+        _ => Vec::new(),
+    }
+}
+
+/// What `LOCK.GUARD` learned of a command is forgotten when a module is loaded or unloaded:
+/// a module command it ran is unknown once the module is gone, and when the module comes
+/// back with the command flagged `deny-script`, it is refused as a command scripts may not
+/// run. (Remembered, the unloaded command would reach the server's own call and its error,
+/// and the reloaded one would be called as the writable command it was.)
+#[test]
+fn a_module_load_or_unload_is_seen_by_the_next_guard() {
+    let so = probe_so().display().to_string();
+    let s = Server::start(Opts::new().extra(&["--enable-module-command", "yes"]));
+    let mut con = s.conn();
+    let f = acquire(&mut con, "lk", HOLDER, 100_000).expect("lk is free");
+    let c = counters(&mut con);
+    let unknown = "ERR LOCK.GUARD: unknown command 'probe.cmd'";
+
+    assert_eq!(
+        guard(&mut con, "lk", f, &["probe.cmd"]),
+        Err(unknown.to_string()),
+        "before the module is loaded"
+    );
+    assert_eq!(
+        cmd!(&mut con, "MODULE", "LOAD", &so, "write"),
+        Ok(Value::Okay)
+    );
+    assert_eq!(
+        guard(&mut con, "lk", f, &["probe.cmd"]),
+        Ok(Value::SimpleString("PROBED".into())),
+        "the module's command, flagged write"
+    );
+    assert_counted(&mut con, c, 1, 0, "the module's command ran");
+
+    assert_eq!(cmd!(&mut con, "MODULE", "UNLOAD", "probe"), Ok(Value::Okay));
+    assert_eq!(
+        guard(&mut con, "lk", f, &["probe.cmd"]),
+        Err(unknown.to_string()),
+        "after MODULE UNLOAD"
+    );
+
+    assert_eq!(
+        cmd!(&mut con, "MODULE", "LOAD", &so, "write deny-script"),
+        Ok(Value::Okay)
+    );
+    let flags = command_flags(&mut con, "probe.cmd");
+    assert!(
+        flags.iter().any(|f| f == "noscript"),
+        "the probe loaded with deny-script must be flagged noscript: {flags:?}"
+    );
+    assert_eq!(
+        guard(&mut con, "lk", f, &["probe.cmd"]),
+        Err("ERR LOCK.GUARD: 'probe.cmd' cannot be guarded: scripts may not run it".to_string()),
+        "after MODULE LOAD with deny-script"
+    );
+    assert_counted(&mut con, c, 1, 0, "the whole test");
 }
