@@ -6,7 +6,9 @@
 #      timeouts and disconnects, DEL/UNLINK/FLUSHALL/FLUSHALL ASYNC/overwrite under waiters,
 #      DEBUG RELOAD with a queue, DUMP/RESTORE (good and corrupt), COPY/RENAME/MOVE, MULTI, keyspace
 #      events, CONFIG SET, SAVE/BGSAVE/BGREWRITEAOF, LOCK.GUARD (runs, refusals of every kind,
-#      ACL denials, RESP3, MULTI, COMMAND GETKEYS); then SHUTDOWN; and
+#      ACL denials, RESP3, MULTI, COMMAND GETKEYS), shared holds (joins, limits, a queue of
+#      both kinds granted together, downgrade, refused upgrade, per-hold lease ends, LOCK.HOLDERS,
+#      DUMP/RESTORE and DEBUG RELOAD of a shared key); then SHUTDOWN; and
 #   2. a few integration test files (LEAK_TESTS) run with every server they start under
 #      valgrind, through the harness's REDIS_SERVER (a wrapper that turns the harness's
 #      SIGKILL into a SIGTERM, so that redis shuts down and memcheck writes its report).
@@ -253,6 +255,38 @@ for round in $(seq 1 "$ROUNDS"); do
   run ACL DELUSER gu
   printf 'MULTI\nLOCK.GUARD gk %s SET gd m\nLOCK.GUARD gk 1 SET gd n\nEXEC\n' "$f" | cli >/dev/null 2>&1 || true
   expect 1 LOCK.RELEASE gk t
+  # Shared holds: joins under limits, a queue of both kinds granted together on release,
+  # a downgrade, a refused upgrade, per-hold lease ends, HOLDERS, DUMP/RESTORE, DEBUG RELOAD.
+  run LOCK.ACQUIRE sh r1 60000 SHARED
+  run LOCK.ACQUIRE sh r2 60000 SHARED LIMIT 3
+  run LOCK.ACQUIRE sh r3 60000 SHARED LIMIT 2
+  run LOCK.ACQUIRE sh r1 60000
+  run LOCK.ACQUIRE sh r4 60000 SHARED LIMIT 0
+  run --resp3 LOCK.HOLDERS sh
+  run LOCK.HOLDERS sh
+  run LOCK.FENCE sh r2
+  run LOCK.EXTEND sh r1 30000
+  run LOCK.ACQUIRE sx w 60000
+  waiter sx sw1 0; await_waiters sx 1
+  redis-cli -p "$PORT" LOCK.ACQUIRE sx sr1 60000 SHARED WAIT 0 >"$OUT/w.sr1" 2>&1 &
+  BG+=($!); await_waiters sx 2
+  redis-cli -p "$PORT" LOCK.ACQUIRE sx sr2 60000 SHARED WAIT 0 >"$OUT/w.sr2" 2>&1 &
+  BG+=($!); await_waiters sx 3
+  expect 1 LOCK.RELEASE sx w
+  [ "$(await_reply sw1)" -gt 0 ] || fail "exclusive grant"
+  run LOCK.ACQUIRE sx sw1 60000 SHARED
+  [ "$(await_reply sr1)" -gt 0 ] || fail "shared grant after a downgrade"
+  [ "$(await_reply sr2)" -gt 0 ] || fail "shared grants together"
+  run LOCK.ACQUIRE se a 50 SHARED
+  run LOCK.ACQUIRE se b 60000 SHARED
+  sleep 0.2
+  run LOCK.HOLDERS se
+  cli DUMP sh | head -c -1 >"$OUT/dump-shared.bin"
+  cli -x RESTORE sh2 0 <"$OUT/dump-shared.bin" >/dev/null || fail "RESTORE of a shared DUMP"
+  run DEBUG RELOAD
+  run LOCK.GUARD sh 1 SET gd v
+  for t in r1 r2 r3; do run LOCK.RELEASE sh "$t"; done
+  run DEL sh2 sx se
   # Keyspace events, configuration, persistence.
   run CONFIG SET notify-keyspace-events KEA
   run LOCK.ACQUIRE n t 60000

@@ -3,19 +3,27 @@
 //! that gets past parsing cannot fail half-way.
 
 use crate::error::LockError;
+use crate::lock::{Mode, Want};
 
 pub const MAX_TOKEN_LEN: usize = 256;
 
-/// Parsed `LOCK.ACQUIRE key token ttl [WAIT timeout]` (without the key).
+/// Parsed `LOCK.ACQUIRE key token ttl [SHARED [LIMIT n]] [WAIT timeout]` (without the
+/// key).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AcquireArgs<'a> {
     pub token: &'a [u8],
     pub ttl: u64,
+    pub want: Want,
     /// `None` without `WAIT`; `Some(0)` waits without limit.
     pub wait: Option<u64>,
 }
 
-/// `LOCK.ACQUIRE key token ttl [WAIT timeout]`; `args` excludes the command name and key.
+/// The largest `LIMIT`: 2^31 permits.
+pub const MAX_LIMIT: u32 = 1 << 31;
+
+/// `LOCK.ACQUIRE key token ttl [SHARED [LIMIT n]] [WAIT timeout]`; `args` excludes the
+/// command name and key. Options come in any order, each at most once; `LIMIT` needs
+/// `SHARED`.
 pub fn acquire<'a>(args: &[&'a [u8]], max_ttl: i64) -> Result<AcquireArgs<'a>, LockError> {
     let (token, ttl, mut rest) = match args {
         [token, ttl, rest @ ..] => (*token, *ttl, rest),
@@ -23,19 +31,47 @@ pub fn acquire<'a>(args: &[&'a [u8]], max_ttl: i64) -> Result<AcquireArgs<'a>, L
     };
     let token = token_arg(token)?;
     let ttl = ttl_arg(ttl, max_ttl)?;
-    let mut wait = None;
+    let (mut wait, mut shared, mut limit) = (None, false, None);
     while let [option, tail @ ..] = rest {
+        rest = tail;
+        if option.eq_ignore_ascii_case(b"SHARED") && !shared {
+            shared = true;
+            continue;
+        }
+        let [value, tail @ ..] = rest else {
+            return Err(LockError::Syntax);
+        };
+        rest = tail;
         if option.eq_ignore_ascii_case(b"WAIT") && wait.is_none() {
-            let [timeout, tail @ ..] = tail else {
-                return Err(LockError::Syntax);
-            };
-            wait = Some(timeout_arg(timeout)?);
-            rest = tail;
+            wait = Some(timeout_arg(value)?);
+        } else if option.eq_ignore_ascii_case(b"LIMIT") && limit.is_none() {
+            limit = Some(limit_arg(value)?);
         } else {
             return Err(LockError::Syntax);
         }
     }
-    Ok(AcquireArgs { token, ttl, wait })
+    let want = match (shared, limit) {
+        (false, Some(_)) => return Err(LockError::Syntax),
+        (false, None) => Want::EXCLUSIVE,
+        (true, limit) => Want {
+            mode: Mode::Shared,
+            limit,
+        },
+    };
+    Ok(AcquireArgs {
+        token,
+        ttl,
+        want,
+        wait,
+    })
+}
+
+fn limit_arg(limit: &[u8]) -> Result<u32, LockError> {
+    let n = integer(limit).ok_or(LockError::NotAnInteger("limit"))?;
+    if n < 1 || n > i64::from(MAX_LIMIT) {
+        return Err(LockError::LimitOutOfRange);
+    }
+    Ok(n as u32)
 }
 
 /// The monotonic deadline (microseconds) of a wait of `timeout` ms that starts at
@@ -79,23 +115,45 @@ pub struct ApplyArgs<'a> {
     /// Unix time in milliseconds at which the lease ends.
     pub deadline_unix_ms: i64,
     pub fence: u64,
+    pub mode: Mode,
+    /// The key's last fence, where no hold has it (an AOF rewrite says so).
+    pub last_fence: Option<u64>,
 }
 
 pub fn apply<'a>(args: &[&'a [u8]]) -> Result<ApplyArgs<'a>, LockError> {
-    let [token, deadline, fence] = args else {
+    let bad = |what| LockError::BadInternal("LOCK.APPLY", what);
+    let [token, deadline, fence, rest @ ..] = args else {
         return Err(LockError::Arity);
     };
-    let token = token_arg(token).map_err(|_| LockError::BadInternal("LOCK.APPLY", "token"))?;
-    let deadline_unix_ms =
-        integer(deadline).ok_or(LockError::BadInternal("LOCK.APPLY", "deadline"))?;
-    let fence = integer(fence)
-        .map(|f| f as u64)
-        .filter(|f| crate::fence::is_valid(*f))
-        .ok_or(LockError::BadInternal("LOCK.APPLY", "fence"))?;
+    let mut rest = rest;
+    let token = token_arg(token).map_err(|_| bad("token"))?;
+    let deadline_unix_ms = integer(deadline).ok_or(bad("deadline"))?;
+    let valid_fence = |f: &[u8]| {
+        integer(f)
+            .map(|f| f as u64)
+            .filter(|f| crate::fence::is_valid(*f))
+    };
+    let fence = valid_fence(fence).ok_or(bad("fence"))?;
+    let mut mode = Mode::Exclusive;
+    if let [shared, tail @ ..] = rest {
+        if shared.eq_ignore_ascii_case(b"SHARED") {
+            mode = Mode::Shared;
+            rest = tail;
+        }
+    }
+    let last_fence = match rest {
+        [] => None,
+        [last, value] if last.eq_ignore_ascii_case(b"LAST") => {
+            Some(valid_fence(value).ok_or(bad("last fence"))?)
+        }
+        _ => return Err(bad("option")),
+    };
     Ok(ApplyArgs {
         token,
         deadline_unix_ms,
         fence,
+        mode,
+        last_fence,
     })
 }
 
@@ -202,6 +260,7 @@ mod tests {
             Ok(AcquireArgs {
                 token: b"t",
                 ttl: 100,
+                want: Want::EXCLUSIVE,
                 wait: None
             })
         );
@@ -232,6 +291,89 @@ mod tests {
             acquire(&[b"t", b"1", b"WAIT", b"x"], MAX),
             Err(LockError::NotAnInteger("timeout"))
         );
+    }
+
+    #[test]
+    fn shared_and_limit_in_any_order_once_each() {
+        let shared = |limit| Want {
+            mode: Mode::Shared,
+            limit,
+        };
+        let want = |a: &[&[u8]]| acquire(a, MAX).map(|a| (a.want, a.wait));
+        assert_eq!(want(&[b"t", b"1", b"SHARED"]), Ok((shared(None), None)));
+        assert_eq!(
+            want(&[b"t", b"1", b"shared", b"limit", b"4", b"wait", b"9"]),
+            Ok((shared(Some(4)), Some(9)))
+        );
+        assert_eq!(
+            want(&[
+                b"t",
+                b"1",
+                b"WAIT",
+                b"0",
+                b"LIMIT",
+                b"2147483648",
+                b"SHARED"
+            ]),
+            Ok((shared(Some(MAX_LIMIT)), Some(0)))
+        );
+        for bad in [
+            &[&b"t"[..], b"1", b"LIMIT", b"4"][..],
+            &[b"t", b"1", b"SHARED", b"SHARED"],
+            &[b"t", b"1", b"SHARED", b"LIMIT", b"1", b"LIMIT", b"1"],
+            &[b"t", b"1", b"SHARED", b"LIMIT"],
+            &[b"t", b"1", b"EXCLUSIVE"],
+        ] {
+            assert_eq!(acquire(bad, MAX), Err(LockError::Syntax), "{bad:?}");
+        }
+        for (limit, e) in [
+            (&b"0"[..], LockError::LimitOutOfRange),
+            (b"-1", LockError::LimitOutOfRange),
+            (b"2147483649", LockError::LimitOutOfRange),
+            (b"x", LockError::NotAnInteger("limit")),
+        ] {
+            assert_eq!(
+                acquire(&[b"t", b"1", b"SHARED", b"LIMIT", limit], MAX),
+                Err(e)
+            );
+        }
+    }
+
+    #[test]
+    fn lock_apply_takes_a_mode_and_a_last_fence() {
+        let f = b"3678527467665408";
+        let a = apply(&[b"t", b"1796156050072", f]).unwrap();
+        assert_eq!((a.mode, a.last_fence), (Mode::Exclusive, None));
+        let a = apply(&[
+            b"t",
+            b"1796156050072",
+            f,
+            b"SHARED",
+            b"LAST",
+            b"3678527467667460",
+        ]);
+        let a = a.unwrap();
+        assert_eq!(
+            (a.mode, a.last_fence),
+            (Mode::Shared, Some(3_678_527_467_667_460))
+        );
+        let a = apply(&[b"t", b"1796156050072", f, b"LAST", b"3678527467667460"]).unwrap();
+        assert_eq!(
+            (a.mode, a.last_fence),
+            (Mode::Exclusive, Some(3_678_527_467_667_460))
+        );
+        for bad in [
+            &[&b"t"[..], b"1", f, b"EXCLUSIVE"][..],
+            &[b"t", b"1", f, b"SHARED", b"SHARED"],
+            &[b"t", b"1", f, b"LAST"],
+            &[b"t", b"1", f, b"LAST", b"0"],
+            &[b"t", b"1", f, b"LAST", b"1", b"x"],
+        ] {
+            assert!(
+                matches!(apply(bad), Err(LockError::BadInternal("LOCK.APPLY", _))),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

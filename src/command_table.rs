@@ -70,6 +70,18 @@ const WAIT: Arg = Arg {
     token: Some(c"WAIT"),
     flags: OPTIONAL,
 };
+const SHARED: Arg = Arg {
+    name: c"shared",
+    kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
+    token: Some(c"SHARED"),
+    flags: OPTIONAL,
+};
+const LIMIT: Arg = Arg {
+    name: c"limit",
+    kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+    token: Some(c"LIMIT"),
+    flags: OPTIONAL,
+};
 const DEADLINE: Arg = Arg {
     name: c"deadline",
     kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_UNIX_TIME,
@@ -113,14 +125,14 @@ const VARIABLE: u32 = raw::REDISMODULE_CMD_KEY_VARIABLE_FLAGS;
 
 /// Every command but `LOCK.HIGHWATER` has its key at position 1 (first key 1, last key 1,
 /// step 1).
-const COMMANDS: [Command; 8] = [
+const COMMANDS: [Command; 9] = [
     Command {
         name: c"lock.acquire",
         flags: c"write deny-oom fast blocking",
         arity: -4,
         key_flags: RW | ACCESS | UPDATE,
-        args: &[KEY, TOKEN, TTL, WAIT],
-        summary: c"Acquires a lock for a token with a lease of ttl milliseconds and returns its fence; with WAIT, queues until granted or timeout",
+        args: &[KEY, TOKEN, TTL, SHARED, LIMIT, WAIT],
+        summary: c"Acquires a lock (exclusive, or SHARED while fewer than LIMIT tokens hold it) for a token with a lease of ttl milliseconds and returns its fence; with WAIT, queues until granted or timeout",
         complexity: c"O(1); O(N) to leave a queue of N waiters",
         handler: commands::acquire,
     },
@@ -160,9 +172,19 @@ const COMMANDS: [Command; 8] = [
         arity: 2,
         key_flags: RO | ACCESS,
         args: &[KEY],
-        summary: c"Returns a lock's holder, last fence, remaining lease and number of waiters",
+        summary: c"Returns a lock's exclusive holder, last fence, remaining lease, waiters, mode and number of holders",
         complexity: c"O(1)",
         handler: commands::info,
+    },
+    Command {
+        name: c"lock.holders",
+        flags: c"readonly",
+        arity: 2,
+        key_flags: RO | ACCESS,
+        args: &[KEY],
+        summary: c"Returns each holder of a lock, in the order granted: token, fence, remaining lease and mode",
+        complexity: c"O(N) for N holders",
+        handler: commands::holders,
     },
     Command {
         name: c"lock.guard",
@@ -180,10 +202,10 @@ const COMMANDS: [Command; 8] = [
     Command {
         name: c"lock.apply",
         flags: c"write",
-        arity: 5,
+        arity: -5,
         key_flags: OW | UPDATE,
-        args: &[KEY, TOKEN, DEADLINE, FENCE],
-        summary: c"Internal: sets a lock's state as the master propagated it (refused from clients)",
+        args: &[KEY, TOKEN, DEADLINE, FENCE, SHARED],
+        summary: c"Internal: sets one hold of a lock as the master propagated it (refused from clients)",
         complexity: c"O(1)",
         handler: commands::apply,
     },
@@ -205,12 +227,12 @@ const CATEGORY: &CStr = c"lock";
 
 /// The longest argument vector passed without a heap allocation: every call but a
 /// `LOCK.GUARD` of a long command.
-const INLINE_ARGS: usize = 8;
+const INLINE_ARGS: usize = 10;
 
 /// Registers every command with its flags, info and (where the server has the API) ACL
 /// category.
 pub fn register(ctx: &Context) -> Result<(), String> {
-    let entries: [raw::RedisModuleCmdFunc; 8] = [
+    let entries: [raw::RedisModuleCmdFunc; 9] = [
         Some(entry::<0>),
         Some(entry::<1>),
         Some(entry::<2>),
@@ -219,6 +241,7 @@ pub fn register(ctx: &Context) -> Result<(), String> {
         Some(entry::<5>),
         Some(entry::<6>),
         Some(entry::<7>),
+        Some(entry::<8>),
     ];
     for (command, entry) in COMMANDS.iter().zip(entries) {
         let name = command.name.to_string_lossy();

@@ -6,11 +6,13 @@ use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisStr
 
 use crate::args;
 use crate::clock;
+use crate::clock::Now;
 use crate::config;
 use crate::engine::{self, Acquired};
 use crate::error::LockError;
 use crate::guard;
 use crate::keyspace::{selected_db, LockKey};
+use crate::lock::{Lock, Mode};
 use crate::stats;
 
 /// The time this command judges leases by (see `clock::now_for`).
@@ -21,9 +23,10 @@ fn now(ctx: &Context) -> clock::Now {
     })
 }
 
-/// The most arguments after the key that any command reads. A longer call is handed to the
-/// parser cut to one more than this, which is enough for it to reject it.
-const MAX_REST: usize = 5;
+/// One more than the most arguments after the key that any command reads
+/// (`token ttl SHARED LIMIT n WAIT timeout`): a longer call is handed to the parser cut to
+/// this length, which is enough for it to reject it.
+const MAX_REST: usize = 8;
 
 /// The key and the remaining arguments of a call, as byte slices.
 struct Call<'a> {
@@ -108,8 +111,13 @@ pub fn fence(ctx: &Context, args: &[RedisString]) -> RedisResult {
     Ok(fence.map_or(RedisValue::Null, integer))
 }
 
-/// `LOCK.INFO key`: a map of holder, fence, ttl and waiters (a flat array under RESP2).
-pub fn info(ctx: &Context, args: &[RedisString]) -> RedisResult {
+/// `LOCK.INFO key` and `LOCK.HOLDERS key`: `reply` describes the lock at the key, given
+/// the time and the clients queued for it; null if there is none.
+fn read_lock(
+    ctx: &Context,
+    args: &[RedisString],
+    reply: impl FnOnce(&Lock, Now, usize) -> RedisResult,
+) -> RedisResult {
     let call = Call::split(args)?;
     if call.len != 0 {
         return Err(LockError::Arity.into());
@@ -120,13 +128,25 @@ pub fn info(ctx: &Context, args: &[RedisString]) -> RedisResult {
     };
     let now = now(ctx);
     let waiters = engine::queued_at(selected_db(ctx), call.key.as_slice());
-    // An ended lease with nobody waiting is a removed key, also in the moment before the
-    // sweep (or, on a replica, the master's DEL) takes it away.
+    // A lock nobody holds and nobody waits for is a removed key, also in the moment before
+    // the sweep (or, on a replica, the master's DEL) takes it away.
     if !lock.is_held(now) && waiters == 0 {
         return Ok(RedisValue::Null);
     }
+    reply(lock, now, waiters)
+}
+
+/// `LOCK.INFO key`: a map of holder, fence, ttl, waiters, mode and holders (a flat array
+/// under RESP2).
+pub fn info(ctx: &Context, args: &[RedisString]) -> RedisResult {
+    read_lock(ctx, args, |lock, now, waiters| {
+        info_reply(ctx, lock, now, waiters)
+    })
+}
+
+fn info_reply(ctx: &Context, lock: &Lock, now: Now, waiters: usize) -> RedisResult {
     let info = lock.info(now);
-    raw::reply_with_map(ctx.ctx, 4);
+    raw::reply_with_map(ctx.ctx, 6);
     let holder = match info.holder {
         Some(token) => RedisValue::StringBuffer(token.to_vec()),
         None => RedisValue::Null,
@@ -137,10 +157,37 @@ pub fn info(ctx: &Context, args: &[RedisString]) -> RedisResult {
         ("ttl", RedisValue::Integer(info.ttl)),
         ("waiters", RedisValue::Integer(waiters as i64)),
     ];
+    // Bulk strings, as HGETALL replies field names (and the mode).
     for (name, value) in fields {
-        // Bulk strings, as HGETALL replies field names.
-        raw::reply_with_string_buffer(ctx.ctx, name.as_ptr().cast(), name.len());
+        reply_bulk(ctx, name);
         ctx.reply(Ok(value));
+    }
+    reply_bulk(ctx, "mode");
+    reply_bulk(ctx, info.mode.map_or("none", Mode::name));
+    reply_bulk(ctx, "holders");
+    ctx.reply(Ok(RedisValue::Integer(info.holders as i64)));
+    Ok(RedisValue::NoReply)
+}
+
+fn reply_bulk(ctx: &Context, text: &str) {
+    raw::reply_with_string_buffer(ctx.ctx, text.as_ptr().cast(), text.len());
+}
+
+/// `LOCK.HOLDERS key`: `[token, fence, ttl, mode]` for each live hold, in grant order.
+pub fn holders(ctx: &Context, args: &[RedisString]) -> RedisResult {
+    read_lock(ctx, args, |lock, now, _| holders_reply(ctx, lock, now))
+}
+
+fn holders_reply(ctx: &Context, lock: &Lock, now: Now) -> RedisResult {
+    let mode = lock.mode().name();
+    let live: Vec<_> = lock.holds().filter(|h| h.is_live(now)).collect();
+    raw::reply_with_array(ctx.ctx, live.len() as std::os::raw::c_long);
+    for h in live {
+        raw::reply_with_array(ctx.ctx, 4);
+        ctx.reply(Ok(RedisValue::StringBuffer(h.token.to_vec())));
+        ctx.reply(Ok(integer(h.fence)));
+        ctx.reply(Ok(RedisValue::Integer(h.ttl_ms(now))));
+        reply_bulk(ctx, mode);
     }
     Ok(RedisValue::NoReply)
 }

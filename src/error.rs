@@ -22,6 +22,10 @@ pub enum LockError {
         max: i64,
     },
     NegativeTimeout,
+    /// `LIMIT` outside `1..=2^31`.
+    LimitOutOfRange,
+    /// A shared holder asked for an exclusive hold.
+    Upgrade,
     /// A `WAIT` timeout too large to add to the server's clock.
     TimeoutOutOfRange,
     TokenLength,
@@ -54,6 +58,15 @@ pub enum Unguardable {
     LockCommand,
 }
 
+impl From<crate::lock::AcquireError> for LockError {
+    fn from(e: crate::lock::AcquireError) -> Self {
+        match e {
+            crate::lock::AcquireError::Upgrade => LockError::Upgrade,
+            crate::lock::AcquireError::Fence(e) => LockError::Fence(e),
+        }
+    }
+}
+
 impl From<FenceError> for LockError {
     fn from(e: FenceError) -> Self {
         LockError::Fence(e)
@@ -72,6 +85,10 @@ impl fmt::Display for LockError {
                 write!(f, "ERR ttl must be between 1 and {max} (lock.max-ttl)")
             }
             LockError::NegativeTimeout => f.write_str("ERR timeout must not be negative"),
+            LockError::LimitOutOfRange => f.write_str("ERR limit must be between 1 and 2147483648"),
+            LockError::Upgrade => f.write_str(
+                "ERR the token holds the lock shared: release it to take it exclusively (no upgrades)",
+            ),
             LockError::TimeoutOutOfRange => f.write_str("ERR timeout is out of range"),
             LockError::TokenLength => f.write_str("ERR token must be 1 to 256 bytes"),
             LockError::WrongType => {
@@ -87,6 +104,7 @@ impl fmt::Display for LockError {
                 Fenced::NotHeld => "FENCED the lock is not held",
                 Fenced::Newer => "FENCED the lock is held under a newer fence",
                 Fenced::Older => "FENCED the lock is held under an older fence",
+                Fenced::Shared => "FENCED the lock is held shared",
             }),
             LockError::Unguardable(name, why) => {
                 f.write_str("ERR LOCK.GUARD: ")?;
@@ -144,6 +162,9 @@ mod tests {
             LockError::Fenced(Fenced::NotHeld),
             LockError::Fenced(Fenced::Newer),
             LockError::Fenced(Fenced::Older),
+            LockError::Fenced(Fenced::Shared),
+            LockError::LimitOutOfRange,
+            LockError::Upgrade,
             LockError::Unguardable("blpop".into(), Unguardable::Blocks),
             LockError::GuardNoPerm("set".into()),
         ];

@@ -251,7 +251,7 @@ unsafe extern "C" fn on_unblock(
     _argv: *mut *mut raw::RedisModuleString,
     _argc: c_int,
 ) -> c_int {
-    engine::unblocked_by_client(blocked::handle_of(ctx));
+    engine::unblocked_by_client(&Context::new(ctx), blocked::handle_of(ctx));
     raw::reply_with_null(ctx);
     raw::REDISMODULE_OK as c_int
 }

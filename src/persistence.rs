@@ -1,15 +1,17 @@
 //! The lock data type as Redis stores it: RDB save and load, AOF rewrite, the fence
 //! high-water mark as RDB aux data, and the memory callbacks.
 //!
-//! A lock is saved as (token, deadline as Unix milliseconds, fence, the Unix millisecond it
-//! was saved at). Where the same dataset is loaded again (an RDB file, the AOF's preamble, a
-//! replica's full sync, `DEBUG RELOAD`) the deadline is absolute, as Redis loads key expiries,
-//! so that a lease keeps running while the server is down. Where one key moves to another
-//! server (`DUMP`/`RESTORE`, `MIGRATE`) the lease travels as the time it had left when saved,
-//! as core `MIGRATE` carries the PTTL, so that servers whose clocks differ neither end it early
-//! nor stretch it. Encoding version 1 (no save time) still loads, as absolute.
+//! A lock is saved (encoding version 3) as the Unix millisecond it was saved at, its mode,
+//! the key's last fence, and its holds in grant order, each as (token, deadline as Unix
+//! milliseconds, fence). Where the same dataset is loaded again (an RDB file, the AOF's
+//! preamble, a replica's full sync, `DEBUG RELOAD`) deadlines are absolute, as Redis loads
+//! key expiries, so that a lease keeps running while the server is down. Where one key moves
+//! to another server (`DUMP`/`RESTORE`, `MIGRATE`) each lease travels as the time it had left
+//! when saved, as core `MIGRATE` carries the PTTL, so that servers whose clocks differ neither
+//! end it early nor stretch it. Versions 1 (token, deadline, fence: absolute) and 2 (the same
+//! and the save time), written before shared holds existed, still load.
 
-use std::os::raw::{c_char, c_int, c_void};
+use std::os::raw::{c_char, c_int, c_longlong, c_void};
 use std::ptr;
 
 use redis_module::native_types::RedisType;
@@ -21,12 +23,12 @@ use crate::config;
 use crate::engine::{self, leases};
 use crate::fence;
 use crate::keyspace;
-use crate::lock::Lock;
+use crate::lock::{HoldRef, Lock, Mode};
 use crate::replication;
 use crate::stats;
 
 /// Bump when the saved layout changes; `rdb_load` refuses versions it does not know.
-pub const LOCK_ENCODING_VERSION: i32 = 2;
+pub const LOCK_ENCODING_VERSION: i32 = 3;
 
 pub static LOCK_TYPE: RedisType = RedisType::new(
     "redislock",
@@ -58,14 +60,19 @@ unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) 
     // SAFETY: Redis hands back a value this module created with `Box<Lock>`.
     let lock = unsafe { &*value.cast::<Lock>() };
     let now = clock::now();
-    // The lease left, rounded up to the millisecond, from the millisecond of the save: never
-    // shorter than it is, at most 1 ms longer, whether read as absolute or as time left.
     let saved_at = now.wall();
-    let left_us = lock.deadline() as i64 - now.mono as i64 + now.wall_us.rem_euclid(1000);
-    raw::save_slice(rdb, lock.token());
-    raw::save_signed(rdb, saved_at + (left_us + 999).div_euclid(1000));
-    raw::save_unsigned(rdb, lock.fence());
     raw::save_signed(rdb, saved_at);
+    raw::save_unsigned(rdb, u64::from(lock.mode() == Mode::Shared));
+    raw::save_unsigned(rdb, lock.last_fence());
+    raw::save_unsigned(rdb, lock.holds().count() as u64);
+    for hold in lock.holds() {
+        // The lease left, rounded up to the millisecond, from the millisecond of the save:
+        // never shorter than it is, at most 1 ms longer, read as absolute or as time left.
+        let left_us = hold.deadline as i64 - now.mono as i64 + now.wall_us.rem_euclid(1000);
+        raw::save_slice(rdb, hold.token);
+        raw::save_signed(rdb, saved_at + (left_us + 999).div_euclid(1000));
+        raw::save_unsigned(rdb, hold.fence);
+    }
 }
 
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
@@ -78,47 +85,116 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
     let Some(lock) = load_lock(rdb, encver) else {
         return ptr::null_mut();
     };
-    engine::fences().observe(lock.fence());
+    if replication::is_loading() {
+        engine::fences().observe(lock.last_fence());
+    }
+    // A key from elsewhere (`RESTORE`, `MIGRATE`) raises the high-water mark only once it
+    // lands (`engine::relocated`): the server may still refuse the payload after this.
     let lock = Box::new(lock);
     leases::track(&lock);
     stats::lock_created();
     Box::into_raw(lock).cast()
 }
 
+/// One saved hold, its deadline still in Unix milliseconds.
+struct Saved {
+    token: Vec<u8>,
+    deadline: i64,
+    fence: u64,
+}
+
+fn load_hold(rdb: *mut raw::RedisModuleIO) -> Option<Saved> {
+    let token = raw::load_string_buffer(rdb).ok()?.as_ref().to_vec();
+    let deadline = raw::load_signed(rdb).ok()?;
+    let fence = raw::load_unsigned(rdb).ok()?;
+    Some(Saved {
+        token,
+        deadline,
+        fence,
+    })
+}
+
+/// No two holds share a token or a fence, as no command can make them.
+fn distinct(holds: &[Saved]) -> bool {
+    let tokens: std::collections::HashSet<&[u8]> = holds.iter().map(|h| &h.token[..]).collect();
+    let mut fences: Vec<u64> = holds.iter().map(|h| h.fence).collect();
+    fences.sort_unstable();
+    fences.dedup();
+    tokens.len() == holds.len() && fences.len() == holds.len()
+}
+
 /// Reads one lock; `None` for a short read or values no saved lock can have (a corrupt
 /// `RESTORE` payload with a valid checksum gets here).
 fn load_lock(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Lock> {
-    let token = raw::load_string_buffer(rdb).ok()?;
-    let mut deadline = raw::load_signed(rdb).ok()?;
-    let fence = raw::load_unsigned(rdb).ok()?;
-    let token = token.as_ref();
+    let (saved_at, mode, last_fence, holds) = if encver >= 3 {
+        let saved_at = raw::load_signed(rdb).ok()?;
+        let mode = match raw::load_unsigned(rdb).ok()? {
+            0 => Mode::Exclusive,
+            1 => Mode::Shared,
+            _ => return None,
+        };
+        let last_fence = raw::load_unsigned(rdb).ok()?;
+        let count = raw::load_unsigned(rdb).ok()?;
+        if count == 0 || (mode == Mode::Exclusive && count != 1) {
+            return None;
+        }
+        // Read one by one: a corrupt count ends in a short read, not a huge allocation.
+        let mut holds = Vec::new();
+        for _ in 0..count {
+            holds.push(load_hold(rdb)?);
+        }
+        (Some(saved_at), mode, last_fence, holds)
+    } else {
+        let hold = load_hold(rdb)?;
+        let saved_at = if encver == 2 {
+            Some(raw::load_signed(rdb).ok()?)
+        } else {
+            None
+        };
+        (saved_at, Mode::Exclusive, hold.fence, vec![hold])
+    };
     let now = clock::now();
     // A whole dataset (RDB, AOF preamble, full sync) holds what this module issued; one key
     // from elsewhere (RESTORE) must leave room for fences above it.
     let whole_dataset = replication::is_loading();
-    if encver >= 2 {
-        let saved_at = raw::load_signed(rdb).ok()?;
-        if !whole_dataset {
-            // One key from elsewhere: the time it had left, from now on this clock.
-            let left = deadline.checked_sub(saved_at)?;
-            deadline = now.wall().saturating_add(left);
+    let fence_ok = |f: u64| {
+        if whole_dataset {
+            fence::is_valid(f)
+        } else {
+            fence::is_valid_from_elsewhere(f)
         }
-    }
-    let fence_ok = if whole_dataset {
-        fence::is_valid(fence)
-    } else {
-        fence::is_valid_from_elsewhere(fence)
     };
     // A lease longer than any command could grant is corrupt data.
     let longest = now.wall().saturating_add(config::MAX_TTL_LIMIT);
-    if token.is_empty() || token.len() > MAX_TOKEN_LEN || !fence_ok || deadline > longest {
+    let mut deadlines = Vec::with_capacity(holds.len());
+    for h in &holds {
+        let mut deadline = h.deadline;
+        if let (Some(saved_at), false) = (saved_at, whole_dataset) {
+            // One key from elsewhere: the time it had left, from now on this clock.
+            deadline = now.wall().saturating_add(deadline.checked_sub(saved_at)?);
+        }
+        let token_ok = !h.token.is_empty() && h.token.len() <= MAX_TOKEN_LEN;
+        if !token_ok || !fence_ok(h.fence) || h.fence > last_fence || deadline > longest {
+            return None;
+        }
+        deadlines.push(now.to_mono(deadline));
+    }
+    if !fence_ok(last_fence) || !distinct(&holds) {
         return None;
     }
-    let deadline = now.to_mono(deadline);
+    let refs: Vec<HoldRef> = holds
+        .iter()
+        .zip(deadlines)
+        .map(|(h, deadline)| HoldRef {
+            token: &h.token,
+            deadline,
+            fence: h.fence,
+        })
+        .collect();
     // Redis 7.0 names the key for RDB files, replica syncs and RESTORE; without a name the
     // lease still ends when the key is next touched, just not on its own.
     let (db, key) = key_of(rdb).unwrap_or_default();
-    Some(Lock::restored(&key, db, token, deadline, fence))
+    Lock::restored(&key, db, mode, &refs, last_fence)
 }
 
 /// The name and database of the key being loaded, which Redis 7.0 passes for RDB files,
@@ -148,23 +224,77 @@ unsafe extern "C" fn aof_rewrite(
 ) {
     // SAFETY: as in rdb_save.
     let lock = unsafe { &*value.cast::<Lock>() };
-    let deadline = clock::now().to_wall(lock.deadline());
-    let token = lock.token();
-    // SAFETY: the format "sbll" matches the arguments: the key string, the token as pointer
-    // and length, and two long longs. EmitAOF copies them before it returns.
-    unsafe {
-        raw::RedisModule_EmitAOF.unwrap()(
-            aof,
-            c"LOCK.APPLY".as_ptr(),
-            c"sbll".as_ptr(),
-            key,
-            token.as_ptr().cast::<c_char>(),
-            token.len(),
-            deadline as std::os::raw::c_longlong,
-            lock.fence() as std::os::raw::c_longlong,
-        );
+    let now = clock::now();
+    // Replayed in order onto a key that does not exist yet: the first hold makes the lock,
+    // each further shared hold joins it. The first also carries the key's last fence when a
+    // hold that has gone had it (`LAST`).
+    let shared = lock.mode() == Mode::Shared;
+    let last = lock.last_fence();
+    let kept = lock.holds().any(|h| h.fence == last);
+    for (i, hold) in lock.holds().enumerate() {
+        let deadline = now.to_wall(hold.deadline) as c_longlong;
+        let token = (hold.token.as_ptr().cast::<c_char>(), hold.token.len());
+        let fence = hold.fence as c_longlong;
+        let emit = raw::RedisModule_EmitAOF.unwrap();
+        // SAFETY: each format matches its arguments: the key string, the token as pointer
+        // and length, long longs, and NUL-terminated strings. EmitAOF copies them before it
+        // returns.
+        unsafe {
+            match (shared, i == 0 && !kept) {
+                (false, false) => emit(
+                    aof,
+                    APPLY,
+                    c"sbll".as_ptr(),
+                    key,
+                    token.0,
+                    token.1,
+                    deadline,
+                    fence,
+                ),
+                (true, false) => emit(
+                    aof,
+                    APPLY,
+                    c"sbllc".as_ptr(),
+                    key,
+                    token.0,
+                    token.1,
+                    deadline,
+                    fence,
+                    SHARED,
+                ),
+                (false, true) => emit(
+                    aof,
+                    APPLY,
+                    c"sbllcl".as_ptr(),
+                    key,
+                    token.0,
+                    token.1,
+                    deadline,
+                    fence,
+                    LAST,
+                    last as c_longlong,
+                ),
+                (true, true) => emit(
+                    aof,
+                    APPLY,
+                    c"sbllccl".as_ptr(),
+                    key,
+                    token.0,
+                    token.1,
+                    deadline,
+                    fence,
+                    SHARED,
+                    LAST,
+                    last as c_longlong,
+                ),
+            }
+        }
     }
 }
+
+const APPLY: *const c_char = c"LOCK.APPLY".as_ptr();
+const SHARED: *const c_char = c"SHARED".as_ptr();
+const LAST: *const c_char = c"LAST".as_ptr();
 
 unsafe extern "C" fn free(value: *mut c_void) {
     // SAFETY: the value was created by this module with `Box<Lock>` and Redis frees it once,
@@ -219,7 +349,7 @@ unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
 unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
     let loaded = match encver {
         1 => raw::load_unsigned(rdb).map(|hw| engine::fences().observe(hw)),
-        2 => raw::load_unsigned(rdb).and_then(|hw| {
+        2 | 3 => raw::load_unsigned(rdb).and_then(|hw| {
             let saved_at = raw::load_signed(rdb)?;
             engine::fences().reload(hw, saved_at, clock::now().wall());
             Ok(())

@@ -7,6 +7,8 @@ use std::os::raw::{c_char, c_int};
 
 use redis_module::{raw, Context, RedisString};
 
+use crate::lock::Mode;
+
 /// The holder's token as `replicate_state` propagates it: the client's own argument where
 /// the command has one (Redis takes a reference to it instead of copying), else the bytes
 /// the lock stores.
@@ -16,7 +18,18 @@ pub enum TokenArg<'a> {
     Bytes(&'a [u8]),
 }
 
-/// Propagates `LOCK.APPLY key token deadline fence` to replicas and the AOF.
+impl TokenArg<'_> {
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            TokenArg::Arg(s) => s.as_slice(),
+            TokenArg::Bytes(b) => b,
+        }
+    }
+}
+
+/// Propagates `LOCK.APPLY key token deadline fence [SHARED]` to replicas and the AOF: one
+/// hold, which replaces every hold of the key if exclusive, and joins (or renews) the shared
+/// holds if shared.
 ///
 /// `RedisModule_Replicate` is the most expensive call on the acquire path (it looks the
 /// command up by name and builds a fresh argument vector), so the arguments are passed in
@@ -29,32 +42,42 @@ pub fn replicate_state(
     token: TokenArg,
     deadline: i64,
     fence: u64,
+    mode: Mode,
 ) {
     let mut d = Decimal::new();
     let mut f = Decimal::new();
     let deadline = d.format(deadline.unsigned_abs(), deadline < 0);
     let fence = f.format(fence, false);
     let name = c"LOCK.APPLY".as_ptr();
+    // The trailing "c" of a format reads `SHARED`, which an exclusive hold leaves unread.
+    let shared = mode == Mode::Shared;
+    let (with_arg, with_bytes) = if shared {
+        (c"ssbbc", c"sbbbc")
+    } else {
+        (c"ssbb", c"sbbb")
+    };
     // SAFETY: each format matches the arguments that follow it: "s" a live RedisModuleString,
-    // "b" a pointer and a length. Redis copies or references them before returning.
+    // "b" a pointer and a length, "c" a NUL-terminated string (read only when the format has
+    // it). Redis copies or references them before returning.
     unsafe {
         let replicate = raw::RedisModule_Replicate.unwrap();
         match token {
             TokenArg::Arg(token) => replicate(
                 ctx.ctx,
                 name,
-                c"ssbb".as_ptr(),
+                with_arg.as_ptr(),
                 key.inner,
                 token.inner,
                 deadline.as_ptr().cast::<c_char>(),
                 deadline.len(),
                 fence.as_ptr().cast::<c_char>(),
                 fence.len(),
+                c"SHARED".as_ptr(),
             ),
             TokenArg::Bytes(token) => replicate(
                 ctx.ctx,
                 name,
-                c"sbbb".as_ptr(),
+                with_bytes.as_ptr(),
                 key.inner,
                 token.as_ptr().cast::<c_char>(),
                 token.len(),
@@ -62,6 +85,7 @@ pub fn replicate_state(
                 deadline.len(),
                 fence.as_ptr().cast::<c_char>(),
                 fence.len(),
+                c"SHARED".as_ptr(),
             ),
         };
     }
@@ -110,6 +134,22 @@ pub fn replicate_highwater(ctx: &Context, fence: u64, saved_ms: i64) {
             fence.len(),
             saved.as_ptr().cast::<c_char>(),
             saved.len(),
+        );
+    }
+}
+
+/// Propagates `LOCK.RELEASE key token`: the end of one shared hold (a release, a lease
+/// end, a withdrawn grant), which a replica or an AOF load applies without judging it.
+pub fn replicate_release(ctx: &Context, key: &RedisString, token: &[u8]) {
+    // SAFETY: the format "sb" matches the string and the pointer-and-length pair.
+    unsafe {
+        raw::RedisModule_Replicate.unwrap()(
+            ctx.ctx,
+            c"LOCK.RELEASE".as_ptr(),
+            c"sb".as_ptr(),
+            key.inner,
+            token.as_ptr().cast::<c_char>(),
+            token.len(),
         );
     }
 }

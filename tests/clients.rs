@@ -9,6 +9,16 @@
 //! character ([`docs_guarded_helpers_are_the_ones_the_flows_run`]), and redis-py's
 //! `RedisCluster` runs them against a three-master cluster (`redis_py_cluster_guard`).
 //!
+//! Shared holds: every client runs the read-write lock and semaphore recipes of
+//! `docs/CLIENTS.md` (and the README's uses of them), checked to be the code shown
+//! ([`docs_shared_recipes_are_the_ones_the_flows_run`]): two readers hold the lock together
+//! while a writer waits for both and a reader after the writer waits for it (each granted
+//! within [`GRANT_WITHIN`] of the release before it), the writer's guarded write lands and a
+//! reader's fence is refused; three callers of a 2-permit semaphore, the third granted when
+//! one releases, and one that gives up waiting without running; a reader's renewal, the
+//! refused upgrade and a downgrade. The server's counters must show every step
+//! ([`assert_shared_counts`]).
+//!
 //! redis-py is installed from `tests/clients/requirements.txt` (pinned, with hashes) into a
 //! throwaway venv under `target/clients/`; ioredis with `npm ci` from
 //! `tests/clients/node/package-lock.json` into that folder's `node_modules`. Both happen on
@@ -24,7 +34,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, OnceLock};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::thread::{self, sleep};
 use std::time::{Duration, Instant};
 
@@ -274,28 +284,64 @@ fn redis_cli_flow() {
         "(integer) 0"
     );
 
-    // RESP2: the flat field/value array HGETALL gives.
+    // RESP2: the flat field/value array HGETALL gives (redis-cli pads the numbers to two
+    // digits for twelve elements).
     let resp2 = cli(&server, &["LOCK.INFO", &key]);
     let lines: Vec<&str> = resp2.lines().collect();
-    assert_eq!(lines.len(), 8, "LOCK.INFO: {resp2}");
-    assert_eq!(lines[0], r#"1) "holder""#);
-    assert_eq!(lines[1], format!(r#"2) "{tok}""#));
-    assert_eq!(lines[2], r#"3) "fence""#);
-    assert_eq!(lines[3], format!("4) (integer) {f2}"));
-    assert_eq!(lines[4], r#"5) "ttl""#);
-    let ttl = cli_int(lines[5].strip_prefix("6) ").unwrap());
+    assert_eq!(lines.len(), 12, "LOCK.INFO: {resp2}");
+    let ttl = cli_int(lines[5].strip_prefix(" 6) ").unwrap());
     assert!(ttl > 30_000 && ttl <= 60_000, "ttl {ttl}");
-    assert_eq!(lines[6], r#"7) "waiters""#);
-    assert_eq!(lines[7], "8) (integer) 0");
+    assert_eq!(
+        lines,
+        [
+            r#" 1) "holder""#.to_string(),
+            format!(r#" 2) "{tok}""#),
+            r#" 3) "fence""#.to_string(),
+            format!(" 4) (integer) {f2}"),
+            r#" 5) "ttl""#.to_string(),
+            format!(" 6) (integer) {ttl}"),
+            r#" 7) "waiters""#.to_string(),
+            " 8) (integer) 0".to_string(),
+            r#" 9) "mode""#.to_string(),
+            r#"10) "exclusive""#.to_string(),
+            r#"11) "holders""#.to_string(),
+            "12) (integer) 1".to_string(),
+        ],
+        "LOCK.INFO: {resp2}"
+    );
     // RESP3 (`-3`): a map.
     let resp3 = cli_with(&server, &["-3"], &["LOCK.INFO", &key]);
-    assert!(
-        resp3.starts_with(&format!("1# \"holder\" => \"{tok}\"")),
+    let lines: Vec<&str> = resp3.lines().collect();
+    assert_eq!(lines.len(), 6, "RESP3 LOCK.INFO: {resp3}");
+    let ttl = cli_int(lines[2].strip_prefix(r#"3# "ttl" => "#).unwrap());
+    assert!(ttl > 30_000 && ttl <= 60_000, "ttl {ttl}");
+    assert_eq!(
+        lines,
+        [
+            format!(r#"1# "holder" => "{tok}""#),
+            format!(r#"2# "fence" => (integer) {f2}"#),
+            format!(r#"3# "ttl" => (integer) {ttl}"#),
+            r#"4# "waiters" => (integer) 0"#.to_string(),
+            r#"5# "mode" => "exclusive""#.to_string(),
+            r#"6# "holders" => (integer) 1"#.to_string(),
+        ],
         "RESP3 LOCK.INFO: {resp3}"
     );
-    assert!(
-        resp3.contains(&format!("2# \"fence\" => (integer) {f2}")),
-        "RESP3 LOCK.INFO: {resp3}"
+    // LOCK.HOLDERS: one [token, fence, ttl, mode] entry per hold.
+    let holders = cli(&server, &["LOCK.HOLDERS", &key]);
+    let lines: Vec<&str> = holders.lines().collect();
+    assert_eq!(lines.len(), 4, "LOCK.HOLDERS: {holders}");
+    let ttl = cli_int(lines[2].strip_prefix("   3) ").unwrap());
+    assert!(ttl > 30_000 && ttl <= 60_000, "ttl {ttl}");
+    assert_eq!(
+        lines,
+        [
+            format!(r#"1) 1) "{tok}""#),
+            format!("   2) (integer) {f2}"),
+            format!("   3) (integer) {ttl}"),
+            r#"   4) "exclusive""#.to_string(),
+        ],
+        "LOCK.HOLDERS: {holders}"
     );
 
     // A WAIT that times out.
@@ -369,6 +415,332 @@ fn cli_guarded(server: &Server, lock_key: &str, fence: i64, command: &[&str]) ->
         FLOW_TIMEOUT,
         &format!("guarded {lock_key} {fence} {}", command.join(" ")),
     )
+}
+
+// --- redis-cli: read-write locks and semaphores ----------------------------------------------
+
+/// What a shell holder runs under its hold (`$LOCK_FENCE` set by the helper): with `write` as
+/// its second argument, first a guarded `HSET` through tests/clients/guarded.sh; then it writes
+/// its fence to `$1.held` and stays until `$1.leave` exists (or 20 s at least have passed, so
+/// that a failed test leaves nothing running).
+const SHELL_WORK: &str = r#"if [ "$2" = write ]; then
+  source "$GUARDED_SH"; redis_cli=("$CLI_BIN" -h 127.0.0.1 -p "$CLI_PORT")
+  guarded "$LOCK_KEY" "$LOCK_FENCE" HSET "$DATA_KEY" pen 3 > "$1.wrote" || exit 9
+fi
+printf %s "$LOCK_FENCE" > "$1.tmp" && mv "$1.tmp" "$1.held"
+i=0
+while [ ! -e "$1.leave" ] && [ $i -lt 2000 ]; do sleep 0.01; i=$((i + 1)); done"#;
+
+/// A bash process that runs one of the helpers of tests/clients/shared.sh (the ones
+/// docs/CLIENTS.md shows) with `SHELL_WORK` as its command.
+struct ShellHolder {
+    name: &'static str,
+    path: PathBuf,
+    child: Option<Child>,
+}
+
+impl ShellHolder {
+    /// `helper args…` with [`SHELL_WORK`] as its command; `data` is the writer's data key.
+    fn start(
+        server: &Server,
+        dir: &Path,
+        name: &'static str,
+        helper: &[&str],
+        data: Option<&str>,
+    ) -> ShellHolder {
+        let path = dir.join(name);
+        let mut cmd = shell_helper(server, helper);
+        cmd.args(["bash", "-c", SHELL_WORK, "work"])
+            .arg(&path)
+            .env("LOCK_KEY", helper[1]);
+        if let Some(data) = data {
+            cmd.arg("write").env("DATA_KEY", data);
+        }
+        ShellHolder {
+            name,
+            path,
+            child: Some(spawn(&mut cmd, name)),
+        }
+    }
+
+    fn file(&self, ext: &str) -> PathBuf {
+        self.path.with_extension(ext)
+    }
+
+    /// The fence, once the helper has run the work.
+    fn fence(&self) -> Option<u64> {
+        fs::read_to_string(self.file("held"))
+            .ok()
+            .map(|f| f.parse().expect("a fence"))
+    }
+
+    #[track_caller]
+    fn wait_granted(&self) -> u64 {
+        assert!(
+            wait_until(Duration::from_secs(5), || self.fence().is_some()),
+            "{} was never granted",
+            self.name
+        );
+        self.fence().unwrap()
+    }
+
+    /// Tells it to leave, and waits until the helper has released and exited.
+    #[track_caller]
+    fn finish(mut self) {
+        fs::write(self.file("leave"), "").unwrap();
+        let child = self.child.take().unwrap();
+        let done = finish(child, Duration::from_secs(10), self.name);
+        assert_eq!(
+            done.status.code(),
+            Some(0),
+            "{}: {}\n{}",
+            self.name,
+            done.stdout,
+            done.stderr
+        );
+    }
+}
+
+impl Drop for ShellHolder {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// bash with tests/clients/shared.sh sourced and `redis_cli` set to this server's redis-cli,
+/// about to run `helper` with the arguments the caller adds.
+fn shell_helper(server: &Server, helper: &[&str]) -> Command {
+    let script = r#"source "$SHARED_SH"; redis_cli=("$CLI_BIN" -h 127.0.0.1 -p "$CLI_PORT"); "$@""#;
+    let mut c = Command::new("bash");
+    c.args(["-c", script, "shared"])
+        .args(helper)
+        .env("SHARED_SH", manifest_dir().join("tests/clients/shared.sh"))
+        .env(
+            "GUARDED_SH",
+            manifest_dir().join("tests/clients/guarded.sh"),
+        )
+        .env("CLI_BIN", redis_cli_bin())
+        .env("CLI_PORT", server.port.to_string());
+    c
+}
+
+/// A fresh directory for the shell holders' files.
+fn scratch_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("redis-lock-shared-{}", uuid::Uuid::new_v4()));
+    fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// `(mode, holders, waiters)` from `LOCK.INFO`; `None` if the key does not exist.
+fn shape(con: &mut redis::Connection, key: &str) -> Option<(String, i64, i64)> {
+    info(con, key).map(|i| (i.mode, i.holders, i.waiters))
+}
+
+#[track_caller]
+fn assert_shape(con: &mut redis::Connection, key: &str, mode: &str, holders: i64, waiters: i64) {
+    assert_eq!(
+        shape(con, key),
+        Some((mode.to_string(), holders, waiters)),
+        "LOCK.INFO {key}"
+    );
+}
+
+#[track_caller]
+fn wait_shape(con: &mut redis::Connection, key: &str, mode: &str, holders: i64, waiters: i64) {
+    let want = Some((mode.to_string(), holders, waiters));
+    let mut last = None;
+    let ok = wait_until(Duration::from_secs(5), || {
+        last = shape(con, key);
+        last == want
+    });
+    assert!(ok, "LOCK.INFO {key}: {last:?}, want {want:?}");
+}
+
+/// How soon a waiter must hold the lock once the hold before it is released.
+const GRANT_WITHIN: Duration = Duration::from_millis(200);
+
+/// `(mode, holders, waiters)` once the hold before it has gone: polled from the server, the
+/// grant must have happened within [`GRANT_WITHIN`].
+#[track_caller]
+fn assert_granted_at_once(con: &mut redis::Connection, key: &str, mode: &str, holders: i64) {
+    let t0 = Instant::now();
+    let want = Some((mode.to_string(), holders));
+    let mut last = None;
+    while t0.elapsed() < GRANT_WITHIN {
+        last = shape(con, key).map(|(m, h, _)| (m, h));
+        if last == want {
+            return;
+        }
+        sleep(Duration::from_millis(2));
+    }
+    panic!("{key}: {last:?} {GRANT_WITHIN:?} after the release, want {want:?}");
+}
+
+/// The redis-cli read-write lock and semaphore of docs/CLIENTS.md (tests/clients/shared.sh),
+/// each holder a bash process: two readers hold together while a writer waits for both, a
+/// reader after the writer waits for it, the writer's guarded write lands and a reader's fence
+/// is refused; a semaphore of 2 permits whose third caller waits for a release, and a caller
+/// that gives up does not run. Also, from redis-cli itself, a reader's renewal, the refused
+/// upgrade and a downgrade.
+#[test]
+fn redis_cli_shared_holds() {
+    runtime("redis-cli shared holds", &[&redis_cli_bin(), "bash"]);
+    let server = Server::new();
+    let mut con = server.conn();
+    let dir = scratch_dir();
+
+    // The same token again: renewal (same fence), no upgrade, downgrade in place.
+    let key = format!("doc:{}", uuid::Uuid::new_v4());
+    let tok = uuid::Uuid::new_v4().to_string();
+    let f = cli_int(&cli(
+        &server,
+        &["LOCK.ACQUIRE", &key, &tok, "10000", "SHARED"],
+    )) as u64;
+    assert_eq!(
+        cli(&server, &["LOCK.ACQUIRE", &key, &tok, "30000", "SHARED"]),
+        format!("(integer) {f}"),
+        "a reader re-acquiring renews, with the same fence"
+    );
+    let h = &holders(&mut con, &key)[0];
+    assert!(h.2 > 20_000, "renewed: {h:?}");
+    assert_eq!(
+        cli(&server, &["LOCK.ACQUIRE", &key, &tok, "30000"]),
+        format!("(error) ERR {UPGRADE_REFUSED}")
+    );
+    assert_eq!(
+        holders(&mut con, &key)
+            .iter()
+            .map(|h| (h.1, h.3.as_str()))
+            .collect::<Vec<_>>(),
+        [(f, "shared")],
+        "the refused upgrader keeps its hold"
+    );
+    assert_eq!(cli(&server, &["LOCK.RELEASE", &key, &tok]), "(integer) 1");
+    let fx = cli_int(&cli(&server, &["LOCK.ACQUIRE", &key, &tok, "30000"])) as u64;
+    assert!(fx > f);
+    assert_eq!(
+        cli(&server, &["LOCK.ACQUIRE", &key, &tok, "30000", "SHARED"]),
+        format!("(integer) {fx}"),
+        "a downgrade keeps the fence"
+    );
+    assert_shape(&mut con, &key, "shared", 1, 0);
+    assert_eq!(cli(&server, &["LOCK.RELEASE", &key, &tok]), "(integer) 1");
+
+    // Readers and a writer.
+    let key = format!("{{catalog:{}}}:lock", uuid::Uuid::new_v4());
+    let data = key.replace(":lock", ":prices");
+    let read = ["read_locked", &key, "30000", "5000"];
+    let holder =
+        |name, helper: &[&str], data| ShellHolder::start(&server, &dir, name, helper, data);
+    let a = holder("reader-a", &read, None);
+    let fa = a.wait_granted();
+    let b = holder("reader-b", &read, None);
+    let fb = b.wait_granted();
+    assert_shape(&mut con, &key, "shared", 2, 0);
+    assert_eq!(
+        holders(&mut con, &key)
+            .iter()
+            .map(|h| (h.1, h.3.as_str()))
+            .collect::<Vec<_>>(),
+        [(fa, "shared"), (fb, "shared")]
+    );
+    let refused = cli_guarded(&server, &key, fb as i64, &["HSET", &data, "pen", "1"]);
+    assert_eq!(
+        (refused.status.code(), refused.stderr.as_str()),
+        (Some(3), "FENCED the lock is held shared\n"),
+        "a reader's fence guards no write"
+    );
+    let w = holder(
+        "writer",
+        &["write_locked", &key, "30000", "5000"],
+        Some(data.as_str()),
+    );
+    wait_shape(&mut con, &key, "shared", 2, 1);
+    let c = holder("reader-c", &read, None);
+    wait_shape(&mut con, &key, "shared", 2, 2);
+    a.finish();
+    assert_shape(&mut con, &key, "shared", 1, 2);
+    assert_eq!(
+        w.fence(),
+        None,
+        "the writer holds the lock while reader b does"
+    );
+    b.finish();
+    assert_granted_at_once(&mut con, &key, "exclusive", 1);
+    let fw = w.wait_granted();
+    assert!(fw > fb, "writer {fw} after readers {fa}, {fb}");
+    assert_eq!(
+        fs::read_to_string(w.file("wrote")).unwrap(),
+        "(integer) 1\n"
+    );
+    assert_shape(&mut con, &key, "exclusive", 1, 1);
+    assert_eq!(
+        c.fence(),
+        None,
+        "a reader that came after the writer joined before it"
+    );
+    w.finish();
+    assert_granted_at_once(&mut con, &key, "shared", 1);
+    let fc = c.wait_granted();
+    assert!(fc > fw);
+    c.finish();
+    assert_eq!(
+        shape(&mut con, &key),
+        None,
+        "released and nobody waits: gone"
+    );
+    assert_eq!(cli(&server, &["HGET", &data, "pen"]), "\"3\"");
+    cli(&server, &["DEL", &data]);
+
+    // A semaphore of 2 permits.
+    let key = format!("api:{}", uuid::Uuid::new_v4());
+    let take = ["with_permit", &key, "2", "30000", "5000"];
+    let p1 = holder("caller-1", &take, None);
+    let f1 = p1.wait_granted();
+    let p2 = holder("caller-2", &take, None);
+    let f2 = p2.wait_granted();
+    assert_shape(&mut con, &key, "shared", 2, 0);
+    // Both permits taken: a caller that waits 100 ms gets status 2 and does not run.
+    let ran = dir.join("ran");
+    let t0 = Instant::now();
+    let gave_up = run_bounded(
+        shell_helper(&server, &["with_permit", &key, "2", "30000", "100"])
+            .arg("touch")
+            .arg(&ran),
+        FLOW_TIMEOUT,
+        "with_permit WAIT 100",
+    );
+    assert!(t0.elapsed() >= Duration::from_millis(90));
+    assert_eq!(gave_up.status.code(), Some(2), "{}", gave_up.stderr);
+    assert!(!ran.exists(), "ran without a permit");
+    let p3 = holder("caller-3", &take, None);
+    wait_shape(&mut con, &key, "shared", 2, 1);
+    p1.finish();
+    assert_granted_at_once(&mut con, &key, "shared", 2);
+    let f3 = p3.wait_granted();
+    assert!(f3 > f2 && f2 > f1);
+    assert_eq!(
+        holders(&mut con, &key)
+            .iter()
+            .map(|h| h.1)
+            .collect::<Vec<_>>(),
+        [f2, f3]
+    );
+    p2.finish();
+    p3.finish();
+    assert_eq!(
+        shape(&mut con, &key),
+        None,
+        "released and nobody waits: gone"
+    );
+    let _ = fs::remove_dir_all(&dir);
+    note(&format!(
+        "redis-cli shared: ok (readers {fa}, {fb} < writer {fw} < reader {fc}; permits {f1}, {f2} < {f3})"
+    ));
+    assert_shared_counts(&server, 1);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -462,6 +834,14 @@ fn redis_py_flow() {
     let out = run(&server, "pattern");
     assert!(out.contains("pattern: ok (fences"), "{out}");
     assert_pattern_counts(&server);
+    let server = Server::new();
+    let out = run(&server, "shared");
+    assert_eq!(
+        out.matches(" shared: ok (readers").count(),
+        2,
+        "both RESP2 and RESP3 shared runs must report ok: {out}"
+    );
+    assert_shared_counts(&server, 2);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -514,6 +894,10 @@ fn ioredis_flow() {
     let out = run(&server, "pattern");
     assert!(out.contains("pattern: ok (fences"), "{out}");
     assert_pattern_counts(&server);
+    let server = Server::new();
+    let out = run(&server, "shared");
+    assert!(out.contains(" shared: ok (readers"), "{out}");
+    assert_shared_counts(&server, 1);
 }
 
 fn lock_counters(server: &Server) -> (String, HashMap<String, i64>) {
@@ -588,6 +972,38 @@ fn assert_flow_counts(server: &Server, flows: i64) {
             field(name),
             want,
             "lock_{name} after {flows} flow(s):\n{text}"
+        );
+    }
+}
+
+/// What the server counted for `runs` runs of the shared-hold scenarios (the same in every
+/// client), so a client that skipped a step cannot pass. Per run, counted per hold: a
+/// reader's renewal and a downgrade (2 extends; the refused upgrade counts nowhere); six holds
+/// taken at once (the same-token checks' shared and exclusive holds, readers a and b, permits 1
+/// and 2) and three granted from the queue (the writer, reader c, permit 3), after four
+/// contended acquires (those three and the caller that gave up: one wait timeout); nine
+/// releases; the writer's guarded write run and a reader's refused.
+#[track_caller]
+fn assert_shared_counts(server: &Server, runs: i64) {
+    let (text, f) = lock_counters(server);
+    for (name, per_run) in [
+        ("held", 0),
+        ("waiting_clients", 0),
+        ("acquires", 6),
+        ("contended_acquires", 4),
+        ("grants", 3),
+        ("wait_timeouts", 1),
+        ("extends", 2),
+        ("releases", 9),
+        ("fences", 0),
+        ("lease_ends", 0),
+        ("guarded_runs", 1),
+        ("guarded_refusals", 1),
+    ] {
+        assert_eq!(
+            f[name],
+            per_run * runs,
+            "lock_{name} after {runs} shared run(s):\n{text}"
         );
     }
 }
@@ -688,7 +1104,16 @@ fn rs_flow(server: &Server, resp3: bool) -> (u64, u64, u64) {
     assert_eq!(fence, f2);
     assert!(ttl > 30_000 && ttl <= 60_000, "ttl {ttl}");
     assert_eq!(waiters, 0);
-    assert_eq!(i.len(), 4);
+    let mode: String = redis::from_redis_value(&i["mode"]).unwrap();
+    let holders: u64 = redis::from_redis_value(&i["holders"]).unwrap();
+    assert_eq!((mode.as_str(), holders), ("exclusive", 1));
+    assert_eq!(i.len(), 6);
+    let holders: Vec<(String, u64, i64, String)> =
+        redis::cmd("LOCK.HOLDERS").arg(&key).query(&mut a).unwrap();
+    assert_eq!(holders.len(), 1, "{holders:?}");
+    let (holder, fence, ttl, mode) = &holders[0];
+    assert_eq!((holder, *fence, mode.as_str()), (&token, f2, "exclusive"));
+    assert!(*ttl > 30_000 && *ttl <= 60_000, "ttl {ttl}");
 
     let t0 = Instant::now();
     let timed_out: Option<u64> = redis::cmd("LOCK.ACQUIRE")
@@ -875,48 +1300,113 @@ fn code_blocks(md: &str) -> Vec<(String, String)> {
     blocks
 }
 
-/// Every code block of the "Guarded writes" section of docs/CLIENTS.md is, character for
-/// character, in the file whose flow runs it: what the page shows is what the tests run.
-#[test]
-fn docs_guarded_helpers_are_the_ones_the_flows_run() {
+/// The text under the heading line `heading` (e.g. `## Guarded writes`) of a Markdown text, up
+/// to the next heading of the same or a higher level (lines in code blocks are not headings).
+fn section<'a>(md: &'a str, heading: &str) -> &'a str {
+    let level = heading.chars().take_while(|&c| c == '#').count();
+    let start = md
+        .find(&format!("\n{heading}\n"))
+        .unwrap_or_else(|| panic!("no `{heading}` section"))
+        + heading.len()
+        + 2;
+    let body = &md[start..];
+    let mut in_code = false;
+    let mut offset = 0;
+    for line in body.split_inclusive('\n') {
+        if line.starts_with("```") {
+            in_code = !in_code;
+        } else if !in_code {
+            let hashes = line.chars().take_while(|&c| c == '#').count();
+            if (1..=level).contains(&hashes) && line[hashes..].starts_with(' ') {
+                return &body[..offset];
+            }
+        }
+        offset += line.len();
+    }
+    body
+}
+
+/// Whether `file` contains `block` line for line, at its own indentation or shifted right as
+/// a whole (a snippet that runs inside a function or a `with` block).
+fn contains_block(file: &str, block: &str) -> bool {
+    if file.contains(block) {
+        return true;
+    }
+    let first = block.lines().next().unwrap_or_default();
+    file.lines()
+        .filter_map(|line| line.strip_suffix(first))
+        .filter(|indent| indent.chars().all(|c| c == ' '))
+        .any(|indent| {
+            let shifted: String = block
+                .lines()
+                .map(|l| match l {
+                    "" => "\n".to_string(),
+                    l => format!("{indent}{l}\n"),
+                })
+                .collect();
+            file.contains(&shifted)
+        })
+}
+
+/// Every code block of the section `heading` of the file `doc` is, character for character,
+/// in the file that runs it (by its language tag, from `runs`), and every language of `runs`
+/// has one: what the page shows is what the tests run.
+#[track_caller]
+fn assert_doc_blocks_run(doc: &str, heading: &str, runs: &[(&str, &str)]) {
     let read = |rel: &str| {
         fs::read_to_string(manifest_dir().join(rel)).unwrap_or_else(|e| panic!("read {rel}: {e}"))
     };
-    let docs = read("docs/CLIENTS.md");
-    let (_, section) = docs
-        .split_once("\n## Guarded writes")
-        .expect("docs/CLIENTS.md has a `## Guarded writes` section");
-    let section = section.split("\n## ").next().unwrap();
-    let blocks = code_blocks(section);
+    let blocks = code_blocks(section(&read(doc), heading));
+    for (lang, block) in &blocks {
+        let file = runs
+            .iter()
+            .find(|(l, _)| l == lang)
+            .map(|(_, f)| f)
+            .unwrap_or_else(|| panic!("a `{lang}` block in {doc} `{heading}`, which no flow runs"));
+        assert!(
+            contains_block(&read(file), block),
+            "this `{lang}` block of {doc} `{heading}` is not, as shown, in {file}:\n{block}"
+        );
+    }
+    for (lang, _) in runs {
+        assert!(
+            blocks.iter().any(|(l, _)| l == lang),
+            "no `{lang}` block in {doc} `{heading}`"
+        );
+    }
+}
+
+/// Every code block of the "Guarded writes" section of docs/CLIENTS.md is, character for
+/// character, in the file whose flow runs it.
+#[test]
+fn docs_guarded_helpers_are_the_ones_the_flows_run() {
     let runs = [
         ("python", "tests/clients/flow.py"),
         ("js", "tests/clients/node/flow.js"),
         ("rust", "tests/clients.rs"),
         ("sh", "tests/clients/guarded.sh"),
     ];
-    for (lang, _) in &blocks {
-        assert!(
-            runs.iter().any(|(l, _)| l == lang),
-            "a `{lang}` block in the Guarded writes section, which no flow runs"
-        );
-    }
-    for (lang, file) in runs {
-        let shown: Vec<&String> = blocks
-            .iter()
-            .filter(|(l, _)| l == lang)
-            .map(|(_, b)| b)
-            .collect();
-        assert_eq!(
-            shown.len(),
-            1,
-            "one `{lang}` helper in the Guarded writes section"
-        );
-        assert!(
-            read(file).contains(shown[0].as_str()),
-            "the `{lang}` helper of docs/CLIENTS.md is not, as shown, in {file}:\n{}",
-            shown[0]
-        );
-    }
+    assert_doc_blocks_run("docs/CLIENTS.md", "## Guarded writes", &runs);
+}
+
+/// The read-write lock and semaphore recipes of docs/CLIENTS.md, in every language, and the
+/// README's uses of them, are, character for character, what the flows run
+/// (`redis_py_flow`, `ioredis_flow`, `redis_rs_shared_holds`, `redis_cli_shared_holds`).
+#[test]
+fn docs_shared_recipes_are_the_ones_the_flows_run() {
+    let runs = [
+        ("python", "tests/clients/flow.py"),
+        ("js", "tests/clients/node/flow.js"),
+        ("rust", "tests/clients.rs"),
+        ("sh", "tests/clients/shared.sh"),
+    ];
+    assert_doc_blocks_run("docs/CLIENTS.md", "### Read-write lock", &runs);
+    assert_doc_blocks_run("docs/CLIENTS.md", "### Semaphore", &runs);
+    assert_doc_blocks_run(
+        "README.md",
+        "### Read-write locks and semaphores",
+        &[("python", "tests/clients/flow.py")],
+    );
 }
 
 // --- The recommended pattern, as docs/CLIENTS.md shows it ------------------------------------
@@ -1142,4 +1632,420 @@ fn redis_rs_acquire_then_wait_for_a_replica() {
     assert!(fence2.is_some_and(|f| f > fence));
     let acked: i64 = redis::cmd("WAIT").arg(1).arg(200).query(&mut m).unwrap();
     assert_eq!(acked, 0, "no replica is left to acknowledge");
+}
+
+// --- Read-write locks and semaphores, as docs/CLIENTS.md shows them --------------------------
+
+/// One hold of a lock, on a connection of its own; released when dropped, however the work
+/// under it ends.
+struct Hold {
+    /// The hold's fence: pass it with every write the hold protects.
+    fence: u64,
+    key: String,
+    token: String,
+    con: redis::Connection,
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        // 0 or an error: the lease had ended, or ends on its own.
+        let _: redis::RedisResult<bool> = redis::cmd("LOCK.RELEASE")
+            .arg(&self.key)
+            .arg(&self.token)
+            .query(&mut self.con);
+    }
+}
+
+/// Takes a hold of the lock at `key`: exclusive with no `options`, shared with
+/// `&["SHARED"]`, one of n permits with `&["SHARED", "LIMIT", n]`. `None`, and nothing is
+/// held, if it is not granted within `wait_ms`. The `WAIT` blocks the hold's connection.
+fn hold(
+    client: &redis::Client,
+    key: &str,
+    ttl_ms: u64,
+    options: &[&str],
+    wait_ms: u64,
+) -> redis::RedisResult<Option<Hold>> {
+    let mut con = client.get_connection()?;
+    let token = uuid::Uuid::new_v4().to_string(); // one fresh token per hold
+    let fence: Option<u64> = redis::cmd("LOCK.ACQUIRE")
+        .arg(key)
+        .arg(&token)
+        .arg(ttl_ms)
+        .arg(options)
+        .arg("WAIT")
+        .arg(wait_ms)
+        .query(&mut con)?;
+    Ok(fence.map(|fence| Hold {
+        fence,
+        key: key.to_string(),
+        token,
+        con,
+    }))
+}
+
+/// Shared with the other readers; waits for a writer that holds the lock or queued first.
+fn read_lock(
+    client: &redis::Client,
+    key: &str,
+    ttl_ms: u64,
+    wait_ms: u64,
+) -> redis::RedisResult<Option<Hold>> {
+    hold(client, key, ttl_ms, &["SHARED"], wait_ms)
+}
+
+/// Alone: waits until the readers and writers that came first have released.
+fn write_lock(
+    client: &redis::Client,
+    key: &str,
+    ttl_ms: u64,
+    wait_ms: u64,
+) -> redis::RedisResult<Option<Hold>> {
+    hold(client, key, ttl_ms, &[], wait_ms)
+}
+
+/// One of `permits` permits of `key`; queues, first come first served, while all are taken.
+/// Every user of `key` must pass the same `permits`.
+fn permit(
+    client: &redis::Client,
+    key: &str,
+    permits: u32,
+    ttl_ms: u64,
+    wait_ms: u64,
+) -> redis::RedisResult<Option<Hold>> {
+    hold(
+        client,
+        key,
+        ttl_ms,
+        &["SHARED", "LIMIT", &permits.to_string()],
+        wait_ms,
+    )
+}
+
+/// The error a shared holder gets when it asks for an exclusive hold (after `ERR `).
+const UPGRADE_REFUSED: &str =
+    "the token holds the lock shared: release it to take it exclusively (no upgrades)";
+
+/// `LOCK.HOLDERS`: (token, fence, ttl, mode) per hold, in grant order; empty for no key.
+fn holders(con: &mut redis::Connection, key: &str) -> Vec<(String, u64, i64, String)> {
+    let holders: Option<Vec<(String, u64, i64, String)>> =
+        redis::cmd("LOCK.HOLDERS").arg(key).query(con).unwrap();
+    holders.unwrap_or_default()
+}
+
+/// The fence and the instant of a grant, as an actor saw them.
+type Granted = Arc<Mutex<Option<(u64, Instant)>>>;
+
+/// One client of a scenario, in a thread of its own: it takes its hold through a recipe and,
+/// once granted, counts itself in `in_flight` and stays until told to leave; then it drops
+/// the hold, which releases it.
+struct Actor {
+    name: &'static str,
+    granted: Granted,
+    leave: mpsc::Sender<()>,
+    thread: thread::JoinHandle<()>,
+}
+
+/// Holders counted by the clients themselves, apart from the server: (now, most at once).
+type InFlight = Arc<Mutex<(u32, u32)>>;
+
+impl Actor {
+    fn start(
+        name: &'static str,
+        in_flight: &InFlight,
+        take: impl FnOnce() -> redis::RedisResult<Option<Hold>> + Send + 'static,
+    ) -> Actor {
+        let granted = Granted::default();
+        let (leave, left) = mpsc::channel::<()>();
+        let (g, in_flight) = (granted.clone(), in_flight.clone());
+        let thread = thread::spawn(move || {
+            let hold = take()
+                .unwrap()
+                .unwrap_or_else(|| panic!("{name} was not granted"));
+            {
+                let mut n = in_flight.lock().unwrap();
+                n.0 += 1;
+                n.1 = n.1.max(n.0);
+            }
+            *g.lock().unwrap() = Some((hold.fence, Instant::now()));
+            let _ = left.recv_timeout(Duration::from_secs(20));
+            in_flight.lock().unwrap().0 -= 1;
+            drop(hold);
+        });
+        Actor {
+            name,
+            granted,
+            leave,
+            thread,
+        }
+    }
+
+    fn granted(&self) -> Option<(u64, Instant)> {
+        *self.granted.lock().unwrap()
+    }
+
+    #[track_caller]
+    fn wait_granted(&self) -> (u64, Instant) {
+        let ok = wait_until(Duration::from_secs(5), || {
+            self.granted().is_some() || self.thread.is_finished()
+        });
+        assert!(
+            ok && self.granted().is_some(),
+            "{} was never granted",
+            self.name
+        );
+        self.granted().unwrap()
+    }
+
+    /// Tells it to leave; returns once its hold is released.
+    fn finish(self) {
+        let _ = self.leave.send(());
+        self.thread.join().expect(self.name);
+    }
+}
+
+/// redis-rs, RESP2 and RESP3: the read-write lock and semaphore of docs/CLIENTS.md (the
+/// `Hold` guard and `read_lock`, `write_lock`, `permit` above), each holder a thread with a
+/// connection of its own. Two readers hold together while a writer waits for both, a reader
+/// after the writer waits for it, the writer's guarded write lands and a reader's fence is
+/// refused; a semaphore of 2 permits whose third caller waits for a release, and a caller that
+/// gives up does not run. Also a reader's renewal, the refused upgrade and a downgrade.
+#[test]
+fn redis_rs_shared_holds() {
+    let server = Server::new();
+    for resp3 in [false, true] {
+        let url = if resp3 {
+            format!("{}?protocol=resp3", server.url())
+        } else {
+            server.url()
+        };
+        let client = redis::Client::open(url).unwrap();
+        rs_same_token(&client);
+        let rw = rs_readers_and_writer(&client);
+        let sem = rs_semaphore(&client);
+        note(&format!(
+            "redis-rs RESP{} shared: ok (readers {}, {} < writer {} < reader {}; permits {}, {} < {})",
+            if resp3 { 3 } else { 2 },
+            rw[0],
+            rw[1],
+            rw[2],
+            rw[3],
+            sem[0],
+            sem[1],
+            sem[2]
+        ));
+    }
+    assert_shared_counts(&server, 2);
+}
+
+fn rs_same_token(client: &redis::Client) {
+    let mut con = client.get_connection().unwrap();
+    let key = format!("doc:{}", uuid::Uuid::new_v4());
+    let token = uuid::Uuid::new_v4().to_string();
+    let acquire = |con: &mut redis::Connection, ttl: u64, shared: bool| {
+        let mut cmd = redis::cmd("LOCK.ACQUIRE");
+        cmd.arg(&key).arg(&token).arg(ttl);
+        if shared {
+            cmd.arg("SHARED");
+        }
+        cmd.query::<Option<u64>>(con)
+    };
+    let f = acquire(&mut con, 10_000, true).unwrap().unwrap();
+    assert_eq!(acquire(&mut con, 30_000, true).unwrap(), Some(f), "renewal");
+    let h = &holders(&mut con, &key)[0];
+    assert_eq!(
+        (h.0.as_str(), h.1, h.3.as_str()),
+        (token.as_str(), f, "shared")
+    );
+    assert!(h.2 > 20_000, "renewed: {h:?}");
+    let err = acquire(&mut con, 30_000, false).unwrap_err();
+    assert_eq!(
+        (err.code(), err.detail()),
+        (Some("ERR"), Some(UPGRADE_REFUSED)),
+        "{err}"
+    );
+    let h = &holders(&mut con, &key)[0];
+    assert_eq!(
+        (h.1, h.3.as_str()),
+        (f, "shared"),
+        "the refused upgrader keeps its hold"
+    );
+    let released: bool = redis::cmd("LOCK.RELEASE")
+        .arg(&key)
+        .arg(&token)
+        .query(&mut con)
+        .unwrap();
+    assert!(released);
+    let fx = acquire(&mut con, 30_000, false).unwrap().unwrap();
+    assert!(fx > f);
+    assert_eq!(
+        acquire(&mut con, 30_000, true).unwrap(),
+        Some(fx),
+        "downgrade"
+    );
+    let i = info(&mut con, &key).unwrap();
+    assert_eq!(
+        (i.holder, i.mode.as_str(), i.holders, i.fence as u64),
+        (None, "shared", 1, fx)
+    );
+    let released: bool = redis::cmd("LOCK.RELEASE")
+        .arg(&key)
+        .arg(&token)
+        .query(&mut con)
+        .unwrap();
+    assert!(released);
+}
+
+/// Two readers hold the lock together; a writer queues until both have released; a reader
+/// that comes after the writer waits for it. The fences of the four holds.
+fn rs_readers_and_writer(client: &redis::Client) -> [u64; 4] {
+    let mut con = client.get_connection().unwrap();
+    let key = format!("{{catalog:{}}}:lock", uuid::Uuid::new_v4());
+    let data = key.replace(":lock", ":prices");
+    let in_flight = InFlight::default();
+    let reader = |name| {
+        let (client, key) = (client.clone(), key.clone());
+        Actor::start(name, &in_flight, move || {
+            read_lock(&client, &key, 30_000, 5_000)
+        })
+    };
+    let a = reader("reader a");
+    let (fa, _) = a.wait_granted();
+    let b = reader("reader b");
+    let (fb, _) = b.wait_granted();
+    assert_shape(&mut con, &key, "shared", 2, 0);
+    assert_eq!(
+        holders(&mut con, &key)
+            .iter()
+            .map(|h| (h.1, h.3.as_str()))
+            .collect::<Vec<_>>(),
+        [(fa, "shared"), (fb, "shared")]
+    );
+    // A reader's fence guards no write: LOCK.GUARD runs under an exclusive hold only.
+    let refused: Guarded<i64> = guarded(&mut con, &key, fb, ("HSET", &data, "pen", 1)).unwrap();
+    assert_eq!(
+        refused,
+        Guarded::Fenced("the lock is held shared".to_string())
+    );
+
+    let writer = {
+        let (client, key, data) = (client.clone(), key.clone(), data.clone());
+        Actor::start("writer", &in_flight, move || {
+            let hold = write_lock(&client, &key, 30_000, 5_000)?;
+            if let Some(hold) = &hold {
+                // A write the server checks the fence of.
+                let mut con = client.get_connection()?;
+                let wrote: Guarded<i64> =
+                    guarded(&mut con, &key, hold.fence, ("HSET", &data, "pen", 3))?;
+                assert_eq!(wrote, Guarded::Ran(1));
+            }
+            Ok(hold)
+        })
+    };
+    wait_shape(&mut con, &key, "shared", 2, 1);
+    let c = reader("reader c");
+    wait_shape(&mut con, &key, "shared", 2, 2);
+    a.finish();
+    assert_shape(&mut con, &key, "shared", 1, 2);
+    assert!(
+        writer.granted().is_none(),
+        "the writer holds the lock while reader b does"
+    );
+    let released = Instant::now();
+    b.finish();
+    let (fw, at) = writer.wait_granted();
+    assert!(
+        at - released < GRANT_WITHIN,
+        "writer granted {:?} after",
+        at - released
+    );
+    assert!(fw > fb, "writer {fw} after readers {fa}, {fb}");
+    let i = info(&mut con, &key).unwrap();
+    assert_eq!(
+        (i.mode.as_str(), i.holders, i.waiters, i.fence as u64),
+        ("exclusive", 1, 1, fw)
+    );
+    assert!(
+        c.granted().is_none(),
+        "a reader that came after the writer joined before it"
+    );
+    let released = Instant::now();
+    writer.finish();
+    let (fc, at) = c.wait_granted();
+    assert!(
+        at - released < GRANT_WITHIN,
+        "reader c granted {:?} after",
+        at - released
+    );
+    assert!(fc > fw);
+    c.finish();
+    assert_eq!(
+        shape(&mut con, &key),
+        None,
+        "released and nobody waits: gone"
+    );
+    assert_eq!(*in_flight.lock().unwrap(), (0, 2));
+    let pen: String = redis::cmd("HGET")
+        .arg(&data)
+        .arg("pen")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(pen, "3");
+    let _: () = redis::cmd("DEL").arg(&data).query(&mut con).unwrap();
+    [fa, fb, fw, fc]
+}
+
+/// A semaphore of 2 permits: two callers hold one each, a third waits until one of them
+/// releases; a caller that gives up waiting does not run; never more than 2 at once (counted
+/// by the callers, apart from the server). The fences of the three permits.
+fn rs_semaphore(client: &redis::Client) -> [u64; 3] {
+    let mut con = client.get_connection().unwrap();
+    let key = format!("api:{}", uuid::Uuid::new_v4());
+    let in_flight = InFlight::default();
+    let caller = |name| {
+        let (client, key) = (client.clone(), key.clone());
+        Actor::start(name, &in_flight, move || {
+            permit(&client, &key, 2, 30_000, 5_000)
+        })
+    };
+    let p1 = caller("caller 1");
+    let (f1, _) = p1.wait_granted();
+    let p2 = caller("caller 2");
+    let (f2, _) = p2.wait_granted();
+    assert_shape(&mut con, &key, "shared", 2, 0);
+
+    // Both permits taken: a caller that waits 100 ms gets None, and holds nothing.
+    let t0 = Instant::now();
+    assert!(permit(client, &key, 2, 30_000, 100).unwrap().is_none());
+    assert!(t0.elapsed() >= Duration::from_millis(90));
+
+    let p3 = caller("caller 3");
+    wait_shape(&mut con, &key, "shared", 2, 1);
+    assert!(p3.granted().is_none());
+    let released = Instant::now();
+    p1.finish();
+    let (f3, at) = p3.wait_granted();
+    assert!(
+        at - released < GRANT_WITHIN,
+        "caller 3 granted {:?} after",
+        at - released
+    );
+    assert_shape(&mut con, &key, "shared", 2, 0);
+    assert_eq!(
+        holders(&mut con, &key)
+            .iter()
+            .map(|h| h.1)
+            .collect::<Vec<_>>(),
+        [f2, f3]
+    );
+    assert!(f3 > f2 && f2 > f1);
+    p2.finish();
+    p3.finish();
+    assert_eq!(
+        shape(&mut con, &key),
+        None,
+        "released and nobody waits: gone"
+    );
+    assert_eq!(*in_flight.lock().unwrap(), (0, 2));
+    [f1, f2, f3]
 }

@@ -414,7 +414,7 @@ fn dbsize(c: &mut Connection) -> i64 {
 
 fn wait_replicas(c: &mut Connection) {
     assert_eq!(
-        cmd!(c, "WAIT", 1, 5_000),
+        common::wait_replicas(c, 1, 5_000),
         Ok(Value::Int(1)),
         "replica did not ack"
     );

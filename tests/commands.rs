@@ -326,7 +326,7 @@ fn info_reply_shapes_resp2_and_resp3() {
     let v2 = cmd!(&mut c2, "LOCK.INFO", "k").unwrap();
     match &v2 {
         Value::Array(items) => {
-            assert_eq!(items.len(), 8);
+            assert_eq!(items.len(), 12);
             let names: Vec<_> = items
                 .iter()
                 .step_by(2)
@@ -335,7 +335,10 @@ fn info_reply_shapes_resp2_and_resp3() {
                     other => panic!("RESP2 field names must be bulk strings: {other:?}"),
                 })
                 .collect();
-            assert_eq!(names, ["holder", "fence", "ttl", "waiters"]);
+            assert_eq!(
+                names,
+                ["holder", "fence", "ttl", "waiters", "mode", "holders"]
+            );
         }
         other => panic!("RESP2 LOCK.INFO must be a flat array, got {other:?}"),
     }
@@ -400,7 +403,7 @@ fn null_replies_on_the_wire() {
     );
     let r = raw.call(&[b"LOCK.INFO", b"held"]);
     assert!(
-        r.starts_with(b"*8\r\n"),
+        r.starts_with(b"*12\r\n"),
         "RESP2 INFO: {:?}",
         String::from_utf8_lossy(&r)
     );
@@ -419,7 +422,7 @@ fn null_replies_on_the_wire() {
     assert_eq!(raw.call(&[b"LOCK.FENCE", b"held", b"other"]), b"_\r\n");
     let r = raw.call(&[b"LOCK.INFO", b"held"]);
     assert!(
-        r.starts_with(b"%4\r\n"),
+        r.starts_with(b"%6\r\n"),
         "RESP3 INFO: {:?}",
         String::from_utf8_lossy(&r)
     );
@@ -844,7 +847,7 @@ fn lock_apply_is_refused_from_a_normal_client() {
     // Within the transaction too, the lock was still the owner's, under its fence.
     let inside = &exec[refused.len()..];
     assert!(
-        inside.starts_with("*8\r\n$6\r\nholder\r\n$5\r\nowner\r\n$5\r\nfence\r\n")
+        inside.starts_with("*12\r\n$6\r\nholder\r\n$5\r\nowner\r\n$5\r\nfence\r\n")
             && inside.contains(&format!(":{fence}\r\n")),
         "LOCK.INFO inside EXEC: {inside:?}"
     );
@@ -992,6 +995,8 @@ fn command_info_flags_and_key_positions() {
         ("lock.info", &["readonly", "fast"][..], false),
         // Not denyoom: the guarded command's own flag decides (README, LOCK.GUARD).
         ("lock.guard", &["write", "movablekeys"][..], false),
+        // O(holders): not fast.
+        ("lock.holders", &["readonly"][..], false),
     ];
     for (name, want, denyoom) in cases {
         let v = cmd!(&mut c, "COMMAND", "INFO", name).unwrap();
@@ -1060,6 +1065,7 @@ fn command_info_arity_and_command_docs() {
         ("lock.fence", 3),
         ("lock.info", 2),
         ("lock.guard", -4),
+        ("lock.holders", 2),
     ] {
         match cmd!(&mut c, "COMMAND", "INFO", name) {
             Ok(Value::Array(items)) => match items.first() {

@@ -174,51 +174,9 @@ fn aof_commands(b: &[u8]) -> Vec<Vec<Vec<u8>>> {
     out
 }
 
-/// Decodes an RDB length at `at`: (value, bytes used).
-fn dec_len(b: &[u8], at: usize) -> (u64, usize) {
-    let first = b[at];
-    match first >> 6 {
-        0 => ((first & 0x3f) as u64, 1),
-        1 => ((((first & 0x3f) as u64) << 8) | b[at + 1] as u64, 2),
-        _ if first == 0x80 => (
-            u32::from_be_bytes(b[at + 1..at + 5].try_into().unwrap()) as u64,
-            5,
-        ),
-        _ if first == 0x81 => (u64::from_be_bytes(b[at + 1..at + 9].try_into().unwrap()), 9),
-        _ => panic!("special RDB encoding {first:#x} at {at}"),
-    }
-}
-
-/// The deadline (Unix ms) in a version-2 lock DUMP: type 7, the module id, the token (a
-/// plain string), then unsigned deadline, fence and save time, and EOF.
-fn dump_deadline(p: &[u8]) -> i64 {
-    let n = p.len();
-    assert_eq!(
-        crc64(&p[..n - 8]),
-        u64::from_le_bytes(p[n - 8..].try_into().unwrap())
-    );
-    let b = &p[..n - 10];
-    assert_eq!(b[0], 7, "RDB_TYPE_MODULE_2");
-    let (module_id, used) = dec_len(b, 1);
-    assert_eq!(used, 9);
-    assert_eq!(module_id & 0x3ff, 2, "encoding version 2");
-    let mut at = 10;
-    assert_eq!(b[at], 5, "token opcode");
-    let (len, used) = dec_len(b, at + 1);
-    at += 1 + used + len as usize;
-    let mut uints = Vec::new();
-    while b[at] == 2 {
-        let (v, used) = dec_len(b, at + 1);
-        uints.push(v);
-        at += 1 + used;
-    }
-    assert_eq!(b[at], 0, "EOF opcode");
-    assert_eq!(uints.len(), 3, "deadline, fence, saved_at");
-    uints[0] as i64
-}
-
-/// The DUMP of a lock and the `LOCK.APPLY` of its acquire in the AOF give its deadline from
-/// the same monotonic one, both rounded up to the millisecond: the DUMP's is never earlier.
+/// The DUMP of a lock and the `LOCK.APPLY` of each acquire in the AOF give each hold's
+/// deadline from the same monotonic one, both rounded up to the millisecond: the DUMP's is
+/// never earlier, nor more than 1 ms later. Exclusive locks and locks of two shared holds.
 #[test]
 fn dump_deadline_is_never_earlier_than_the_aof_deadline() {
     let s = Server::start(Opts::new().appendonly().extra(&["--appendfsync", "always"]));
@@ -227,21 +185,56 @@ fn dump_deadline_is_never_earlier_than_the_aof_deadline() {
     let mut dumps = Vec::new();
     for i in 0..KEYS {
         let key = format!("p2:{i}");
-        // One pipeline, so that both read the clock in the same turn of the server.
-        let (fence, dump): (Value, Value) = redis::pipe()
-            .cmd("LOCK.ACQUIRE")
-            .arg(&key)
-            .arg("holder-x")
-            .arg(30_000 + i as u64 * 7)
-            .cmd("DUMP")
-            .arg(&key)
-            .query(&mut c)
-            .expect("LOCK.ACQUIRE + DUMP");
-        assert!(matches!(fence, Value::Int(_)), "{key}: {fence:?}");
-        let Value::BulkString(p) = dump else {
-            panic!("DUMP {key}: {dump:?}");
+        let ttl = 30_000 + i as u64 * 7;
+        let shared = i % 2 == 1;
+        // One pipeline, so that every command reads the clock in the same turn of the
+        // server.
+        let mut p = redis::pipe();
+        let tokens: &[&str] = if shared {
+            &["holder-x", "holder-y"]
+        } else {
+            &["holder-x"]
         };
-        dumps.push((key, dump_deadline(&p)));
+        for (n, t) in tokens.iter().enumerate() {
+            let c = p.cmd("LOCK.ACQUIRE").arg(&key).arg(*t).arg(ttl + n as u64);
+            if shared {
+                c.arg("SHARED");
+            }
+        }
+        p.cmd("DUMP").arg(&key);
+        let mut replies: Vec<Value> = p.query(&mut c).expect("LOCK.ACQUIRE + DUMP");
+        let Some(Value::BulkString(payload)) = replies.pop() else {
+            panic!("DUMP {key}: {replies:?}");
+        };
+        let fences: Vec<u64> = replies
+            .iter()
+            .map(|r| match r {
+                Value::Int(f) if *f > 0 => *f as u64,
+                other => panic!("{key}: LOCK.ACQUIRE replied {other:?}"),
+            })
+            .collect();
+        let d = dump::Dump::read(&payload);
+        let (_, mode, last_fence, holds) = d.v3();
+        let want_mode = if shared {
+            dump::SHARED
+        } else {
+            dump::EXCLUSIVE
+        };
+        assert_eq!(mode, want_mode, "{key}: mode in {:?}", d.lock());
+        assert_eq!(
+            holds
+                .iter()
+                .map(|h| (&h.token[..], h.fence))
+                .collect::<Vec<_>>(),
+            tokens
+                .iter()
+                .map(|t| t.as_bytes())
+                .zip(fences.iter().copied())
+                .collect::<Vec<_>>(),
+            "{key}: the holds the DUMP carries, in grant order"
+        );
+        assert_eq!(Some(last_fence), fences.iter().max().copied(), "{key}");
+        dumps.push((key, holds.to_vec()));
         sleep(Duration::from_micros(137));
     }
     let dir = s.dir.join("appendonlydir");
@@ -252,18 +245,26 @@ fn dump_deadline_is_never_earlier_than_the_aof_deadline() {
         .expect("an incremental AOF file");
     let cmds = aof_commands(&fs::read(&incr).unwrap());
     let mut problems = Findings::default();
-    for (key, dumped) in &dumps {
-        let apply = cmds
-            .iter()
-            .find(|c| c[0].eq_ignore_ascii_case(b"LOCK.APPLY") && c[1] == key.as_bytes())
-            .unwrap_or_else(|| panic!("no LOCK.APPLY of {key} in {}", incr.display()));
-        let applied: i64 = String::from_utf8_lossy(&apply[3]).parse().unwrap();
-        problems.check(*dumped >= applied, || {
-            format!("{key}: DUMP deadline {dumped} is earlier than the AOF's {applied}")
-        });
-        problems.check(*dumped <= applied + 1, || {
-            format!("{key}: DUMP deadline {dumped} is past the AOF's {applied} + 1")
-        });
+    for (key, holds) in &dumps {
+        for h in holds {
+            let token = String::from_utf8_lossy(&h.token);
+            let apply = cmds
+                .iter()
+                .find(|c| {
+                    c[0].eq_ignore_ascii_case(b"LOCK.APPLY")
+                        && c[1] == key.as_bytes()
+                        && c[2] == h.token
+                })
+                .unwrap_or_else(|| panic!("no LOCK.APPLY of {key} {token} in {}", incr.display()));
+            let applied: i64 = String::from_utf8_lossy(&apply[3]).parse().unwrap();
+            let dumped = h.deadline;
+            problems.check(dumped >= applied, || {
+                format!("{key} {token}: DUMP deadline {dumped} is earlier than the AOF's {applied}")
+            });
+            problems.check(dumped <= applied + 1, || {
+                format!("{key} {token}: DUMP deadline {dumped} is past the AOF's {applied} + 1")
+            });
+        }
     }
     problems.done("DUMP deadlines against the AOF");
 }

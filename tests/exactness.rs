@@ -225,7 +225,7 @@ fn same_deadline(what: &str, orig: Span, copy: Span) -> Option<String> {
 /// Whether the replica has processed everything so far.
 fn sync(master: &mut Connection) {
     assert_eq!(
-        cmd!(master, "WAIT", 1, 1000),
+        wait_replicas(master, 1, 1000),
         Ok(Value::Int(1)),
         "replica did not ack within 1 s"
     );

@@ -36,7 +36,7 @@ fn role(c: &mut Connection) -> String {
 
 /// `WAIT 1 <ms>`: how many replicas acknowledged.
 fn wait_replicas(c: &mut Connection, ms: u64) -> i64 {
-    match cmd!(c, "WAIT", 1, ms) {
+    match common::wait_replicas(c, 1, ms) {
         Ok(Value::Int(n)) => n,
         other => panic!("WAIT 1 {ms}: {other:?}"),
     }

@@ -16,9 +16,10 @@
 //! the save + 1)`. Fences are accepted from outside (`RESTORE`, RDB, `LOCK.APPLY`) up to
 //! 2^53-1-2^32, so that the server always has fences left to issue.
 //!
-//! Payloads are built here (type id and RDB version copied from a real `DUMP`): a lock of
-//! encoding version 2 is token, deadline (Unix ms), fence, saved_at (Unix ms); version 1 has
-//! no saved_at and an absolute deadline.
+//! Payloads are built by `common::dump` (type id and RDB version copied from a real `DUMP`):
+//! a lock of encoding version 3 is saved_at (Unix ms), mode, the key's last fence and its
+//! holds, each token, deadline (Unix ms), fence; version 2 is token, deadline, fence,
+//! saved_at; version 1 has no saved_at and an absolute deadline.
 
 mod common;
 
@@ -168,100 +169,12 @@ fn time_lines_ms(lines: &[Vec<u8>]) -> i64 {
 
 // ---------------------------------------------------------------------------- payloads
 
-/// How this server writes a lock in a `DUMP` payload.
-struct DumpFormat {
-    /// The module type id without its encoding version (the low 10 bits).
-    type_id: u64,
-    /// The RDB version of the trailer.
-    rdb_version: [u8; 2],
-}
-
-/// RDB length encoding, in its shortest form.
-fn enc_len(n: u64) -> Vec<u8> {
-    if n < 1 << 6 {
-        vec![n as u8]
-    } else if n < 1 << 14 {
-        vec![0x40 | (n >> 8) as u8, n as u8]
-    } else if n <= u32::MAX as u64 {
-        let mut v = vec![0x80];
-        v.extend_from_slice(&(n as u32).to_be_bytes());
-        v
-    } else {
-        let mut v = vec![0x81];
-        v.extend_from_slice(&n.to_be_bytes());
-        v
-    }
-}
-
-const OP_EOF: u8 = 0;
-const OP_UINT: u8 = 2;
-const OP_STRING: u8 = 5;
-
-impl DumpFormat {
-    /// Reads the type id and RDB version off a real lock's `DUMP`.
-    fn of(c: &mut redis::Connection) -> DumpFormat {
-        acquire_ready(c, "dump-format-sample", "t", 60_000);
-        let p = match cmd!(c, "DUMP", "dump-format-sample") {
-            Ok(Value::BulkString(b)) => b,
-            other => panic!("DUMP: {other:?}"),
-        };
-        assert_eq!(release(c, "dump-format-sample", "t"), 1);
-        let n = p.len();
-        assert_eq!(
-            crc64(&p[..n - 8]),
-            u64::from_le_bytes(p[n - 8..].try_into().unwrap()),
-            "this file's CRC-64 disagrees with the server's"
-        );
-        assert_eq!(
-            (p[0], p[1]),
-            (7, 0x81),
-            "a module value with a 64-bit type id"
-        );
-        let id = u64::from_be_bytes(p[2..10].try_into().unwrap());
-        assert_eq!(
-            id & 0x3ff,
-            2,
-            "the module dumps locks in encoding version 2"
-        );
-        DumpFormat {
-            type_id: id & !0x3ff,
-            rdb_version: [p[n - 10], p[n - 9]],
-        }
-    }
-
-    fn payload(&self, encver: u64, token: &str, fields: &[u64]) -> Vec<u8> {
-        let mut b = vec![7, 0x81];
-        b.extend_from_slice(&(self.type_id | encver).to_be_bytes());
-        b.push(OP_STRING);
-        b.extend(enc_len(token.len() as u64));
-        b.extend_from_slice(token.as_bytes());
-        for &f in fields {
-            b.push(OP_UINT);
-            b.extend(enc_len(f));
-        }
-        b.push(OP_EOF);
-        b.extend_from_slice(&self.rdb_version);
-        let crc = crc64(&b);
-        b.extend_from_slice(&crc.to_le_bytes());
-        b
-    }
-
-    /// A lock of encoding version 2, as a server whose clock read `saved_at` dumped it.
-    fn lock(&self, token: &str, deadline: i64, fence: i64, saved_at: i64) -> Vec<u8> {
-        let fields = [deadline as u64, fence as u64, saved_at as u64];
-        self.payload(2, token, &fields)
-    }
-
-    /// A lock of encoding version 1 (no save time: the deadline is absolute).
-    fn lock_v1(&self, token: &str, deadline: i64, fence: i64) -> Vec<u8> {
-        self.payload(1, token, &[deadline as u64, fence as u64])
-    }
-
-    /// A lock held by `token` for 10 more minutes, with fence `fence`, dumped now.
-    fn held(&self, token: &str, fence: i64) -> Vec<u8> {
-        let now = now_ms();
-        self.lock(token, now + 600_000, fence, now)
-    }
+/// A lock held by `token` for 10 more minutes, with fence `fence` (its last), dumped now in
+/// the encoding version the module writes (3).
+fn held(fmt: &dump::Format, token: &str, fence: i64) -> Vec<u8> {
+    let now = now_ms();
+    let hold = dump::Hold::new(token, now + 600_000, fence as u64);
+    fmt.v3(dump::EXCLUSIVE, fence as u64, now, vec![hold])
 }
 
 #[track_caller]
@@ -1061,10 +974,35 @@ fn a_grant_with_the_bucket_empty_waits_for_the_next_millisecond() {
 fn a_lock_at_the_top_of_the_range_leaves_room_for_the_reload_bound() {
     let mut s = Server::new();
     let mut c = s.conn();
-    let fmt = DumpFormat::of(&mut c);
-    let r = cmd!(&mut c, "RESTORE", "over", 0, fmt.held("t", TOP + 1));
-    assert!(r.as_ref().is_err_and(|e| e.starts_with("ERR")), "{r:?}");
-    restore(&mut c, "top", &fmt.held("t", TOP));
+    let fmt = dump::Format::of(&mut c);
+    let now = now_ms();
+    let hold = |t: &str, f: i64| dump::Hold::new(t, now + 600_000, f as u64);
+    // One above the top: as a hold's fence, as the key's last fence only (version 3), and in
+    // a version-2 payload.
+    for (what, over) in [
+        ("version 3", held(&fmt, "t", TOP + 1)),
+        (
+            "version 3, last fence only",
+            fmt.v3(
+                dump::SHARED,
+                (TOP + 1) as u64,
+                now,
+                vec![hold("a", TOP - 1), hold("b", TOP)],
+            ),
+        ),
+        (
+            "version 2",
+            fmt.v2("t", now + 600_000, (TOP + 1) as u64, now),
+        ),
+    ] {
+        let r = cmd!(&mut c, "RESTORE", "over", 0, over);
+        assert!(
+            r.as_ref().is_err_and(|e| e.starts_with("ERR")),
+            "{what}: {r:?}"
+        );
+        assert!(!exists(&mut c, "over"), "{what}");
+    }
+    restore(&mut c, "top", &held(&fmt, "t", TOP));
     let saved_from = server_time_us(&mut c) / 1000;
     assert_eq!(cmd!(&mut c, "SAVE"), Ok(Value::Okay));
     drop(c);
@@ -1099,9 +1037,9 @@ fn a_lock_at_the_top_of_the_range_leaves_room_for_the_reload_bound() {
 fn fences_far_above_the_floor_stay_behind_every_later_fence() {
     let mut s = Server::new();
     let mut c = s.conn();
-    let fmt = DumpFormat::of(&mut c);
+    let fmt = dump::Format::of(&mut c);
     let far = far_fence();
-    restore(&mut c, "far", &fmt.held("t", far));
+    restore(&mut c, "far", &held(&fmt, "t", far));
     for k in 1..=3 {
         assert_eq!(
             fence(&mut c, "far", "t"),
@@ -1142,7 +1080,7 @@ fn fences_far_above_the_floor_stay_behind_every_later_fence() {
     // (iii) Another far lock; SAVE; as many fences on top of it as the bucket gives;
     // SIGKILL; restart from that RDB.
     let far2 = max + 1_000_000;
-    restore(&mut c, "far2", &fmt.held("t2", far2));
+    restore(&mut c, "far2", &held(&fmt, "t2", far2));
     assert_eq!(cmd!(&mut c, "SAVE"), Ok(Value::Okay));
     let (mut issued, mut top) = (0, far2);
     for _ in 0..4 {
@@ -1178,9 +1116,9 @@ fn a_replica_learns_fences_from_the_master_stream() {
     let (m, r) = replica_pair();
     let mut cm = m.conn();
     let mut cr = r.conn();
-    let fmt = DumpFormat::of(&mut cm);
+    let fmt = dump::Format::of(&mut cm);
     let far = far_fence();
-    restore(&mut cm, "far", &fmt.held("t", far));
+    restore(&mut cm, "far", &held(&fmt, "t", far));
     let mut top = far;
     for _ in 0..5 {
         top = fence(&mut cm, "far", "t").unwrap();
@@ -1204,9 +1142,9 @@ fn a_replica_learns_fences_from_the_master_stream() {
 fn an_aof_replay_learns_fences_from_lock_apply() {
     let mut s = Server::start(Opts::new().appendonly());
     let mut c = s.conn();
-    let fmt = DumpFormat::of(&mut c);
+    let fmt = dump::Format::of(&mut c);
     let far = far_fence();
-    restore(&mut c, "far", &fmt.held("t", far));
+    restore(&mut c, "far", &held(&fmt, "t", far));
     let mut top = far;
     for _ in 0..5 {
         top = fence(&mut c, "far", "t").unwrap();
@@ -1270,9 +1208,9 @@ fn aof_rewrite_keeps_a_released_fence_behind(preamble: bool) {
         opts.no_rdb_preamble()
     });
     let mut c = s.conn();
-    let fmt = DumpFormat::of(&mut c);
+    let fmt = dump::Format::of(&mut c);
     let far = far_fence();
-    restore(&mut c, "far", &fmt.held("t", far));
+    restore(&mut c, "far", &held(&fmt, "t", far));
     let mut top = far;
     for _ in 0..3 {
         top = fence(&mut c, "far", "t").unwrap();
@@ -1343,17 +1281,18 @@ fn aof_rewrite_without_rdb_preamble_keeps_a_released_fence_behind() {
 
 // ------------------------------------------------------------------ leases of RESTOREs
 
-/// `RESTORE` of a version-2 payload gives the lock exactly the time it had left when dumped
-/// (deadline - saved_at), whether the dumping server's clock was an hour behind or ahead of
-/// this one's; a version-1 payload keeps its absolute deadline.
+/// `RESTORE` of a version-2 or version-3 payload gives the lock (each of its holds) exactly
+/// the time it had left when dumped (deadline - saved_at), whether the dumping server's clock
+/// was an hour behind or ahead of this one's, and each lease ends on time; a version-1
+/// payload keeps its absolute deadline.
 #[test]
 fn a_restored_lease_is_the_time_it_had_left() {
     let s = Server::new();
     let mut c = s.conn();
-    let fmt = DumpFormat::of(&mut c);
+    let fmt = dump::Format::of(&mut c);
     for offset in [-HOUR_MS, 0, HOUR_MS] {
         let saved_at = now_ms() + offset;
-        let payload = fmt.lock("t", saved_at + 20_000, 1_000, saved_at);
+        let payload = fmt.v2("t", saved_at + 20_000, 1_000, saved_at);
         let t0 = Instant::now();
         restore(&mut c, "k", &payload);
         let i = info(&mut c, "k").expect("restored lock");
@@ -1366,21 +1305,80 @@ fn a_restored_lease_is_the_time_it_had_left() {
         assert_eq!(i.holder.as_deref(), Some(&b"t"[..]));
         cmd!(&mut c, "DEL", "k").unwrap();
     }
+    // Version 3: each hold gets the time it had left, its own fence, and the key its last
+    // fence.
+    for offset in [-HOUR_MS, 0, HOUR_MS] {
+        let saved_at = now_ms() + offset;
+        let lefts = [20_000, 40_000, 5_000];
+        let holds = lefts
+            .iter()
+            .enumerate()
+            .map(|(n, left)| dump::Hold::new(format!("s{n}"), saved_at + left, 1_000 + n as u64))
+            .collect();
+        let t0 = Instant::now();
+        restore(&mut c, "k", &fmt.v3(dump::SHARED, 1_005, saved_at, holds));
+        let got = dump::holders(&mut c, "k").expect("restored shared lock");
+        let i = info(&mut c, "k").expect("restored shared lock");
+        let took = t0.elapsed().as_millis() as i64;
+        assert_eq!(got.len(), 3, "clock {offset} ms off: {got:?}");
+        for (n, (h, left)) in got.iter().zip(lefts).enumerate() {
+            assert!(
+                h.token == format!("s{n}").as_bytes()
+                    && h.fence == 1_000 + n as i64
+                    && h.mode == "shared"
+                    && h.ttl <= left
+                    && h.ttl >= left - took - 2,
+                "hold {n} dumped with {left} ms left by a clock {offset} ms off: {h:?} ({took} \
+                 ms later)"
+            );
+        }
+        assert!(
+            i.mode == "shared" && i.holders == 3 && i.fence == 1_005,
+            "clock {offset} ms off: {i:?}"
+        );
+        assert!(
+            i.ttl <= 40_000 && i.ttl >= 40_000 - took - 2,
+            "the longest lease left is 40000 ms: {i:?}"
+        );
+        cmd!(&mut c, "DEL", "k").unwrap();
+    }
     // The lease left ends on time.
     let saved_at = now_ms() - HOUR_MS;
     let t0 = Instant::now();
-    restore(&mut c, "k", &fmt.lock("t", saved_at + 300, 1_000, saved_at));
+    restore(&mut c, "k", &fmt.v2("t", saved_at + 300, 1_000, saved_at));
     assert!(wait_until(Duration::from_secs(5), || !exists(&mut c, "k")));
     let took = t0.elapsed();
     assert!(
         took >= Duration::from_millis(299) && took < Duration::from_millis(1_500),
         "a 300 ms lease ended after {took:?}"
     );
+    // Each hold's: one after 300 ms, the other after 600 ms.
+    let saved_at = now_ms() - HOUR_MS;
+    let holds = vec![
+        dump::Hold::new("long", saved_at + 600, 1_000),
+        dump::Hold::new("short", saved_at + 300, 1_001),
+    ];
+    let t0 = Instant::now();
+    restore(&mut c, "k", &fmt.v3(dump::SHARED, 1_001, saved_at, holds));
+    let one_left = |c: &mut redis::Connection| {
+        dump::holders(c, "k").is_some_and(|h| h.len() == 1 && h[0].token == b"long")
+    };
+    assert!(wait_until(Duration::from_secs(5), || one_left(&mut c)));
+    let first = t0.elapsed();
+    assert!(wait_until(Duration::from_secs(5), || !exists(&mut c, "k")));
+    let second = t0.elapsed();
+    assert!(
+        first >= Duration::from_millis(299)
+            && first < Duration::from_millis(1_500)
+            && second >= Duration::from_millis(599)
+            && second < Duration::from_millis(1_800),
+        "leases of 300 and 600 ms ended after {first:?} and {second:?}"
+    );
 
     // Version 1: absolute.
     let now = now_ms();
     let t0 = Instant::now();
-    restore(&mut c, "v1", &fmt.lock_v1("t", now + 20_000, 1_000));
+    restore(&mut c, "v1", &fmt.v1("t", now + 20_000, 1_000));
     let i = info(&mut c, "v1").expect("restored version-1 lock");
     let took = t0.elapsed().as_millis() as i64;
     assert!(
@@ -1388,7 +1386,7 @@ fn a_restored_lease_is_the_time_it_had_left() {
         "version 1, deadline 20000 ms from now: ttl {}",
         i.ttl
     );
-    restore(&mut c, "v1-later", &fmt.lock_v1("t", now + HOUR_MS, 1_000));
+    restore(&mut c, "v1-later", &fmt.v1("t", now + HOUR_MS, 1_000));
     let i = info(&mut c, "v1-later").expect("restored version-1 lock");
     assert!(
         (HOUR_MS - 1_000..=HOUR_MS + 50).contains(&i.ttl),
@@ -1399,7 +1397,7 @@ fn a_restored_lease_is_the_time_it_had_left() {
     restore(
         &mut c,
         "v1-over",
-        &fmt.lock_v1("t", now - HOUR_MS + 20_000, 1_000),
+        &fmt.v1("t", now - HOUR_MS + 20_000, 1_000),
     );
     assert_eq!(
         info(&mut c, "v1-over"),
@@ -1414,28 +1412,53 @@ fn a_restored_lease_is_the_time_it_had_left() {
 /// payload, whose lease is the time it had left when dumped, counted from the `RESTORE`; a
 /// replay must not read that payload's deadline as absolute. (As of this writing it does:
 /// dumped by a server whose clock was an hour behind, a 10-minute lease is over after the
-/// restart; an hour ahead, a 20 s lease becomes an hour and 20 s.)
+/// restart; an hour ahead, a 20 s lease becomes an hour and 20 s.) Each hold of a shared
+/// lock keeps its own.
 #[test]
 fn a_restored_lease_keeps_its_time_across_an_aof_restart() {
     let mut s = Server::start(Opts::new().appendonly());
     let mut c = s.conn();
-    let fmt = DumpFormat::of(&mut c);
+    let fmt = dump::Format::of(&mut c);
     let behind = now_ms() - HOUR_MS;
     restore(
         &mut c,
         "behind",
-        &fmt.lock("t", behind + 600_000, 1_000, behind),
+        &fmt.v2("t", behind + 600_000, 1_000, behind),
     );
     let ahead = now_ms() + HOUR_MS;
+    restore(&mut c, "ahead", &fmt.v2("t", ahead + 20_000, 1_000, ahead));
+    // Version 3: each hold's time left, from a clock an hour behind.
+    let holds = vec![
+        dump::Hold::new("a", behind + 600_000, 1_000),
+        dump::Hold::new("b", behind + 300_000, 1_001),
+    ];
     restore(
         &mut c,
-        "ahead",
-        &fmt.lock("t", ahead + 20_000, 1_000, ahead),
+        "shared",
+        &fmt.v3(dump::SHARED, 1_001, behind, holds),
     );
+    let shared_before = dump::holders(&mut c, "shared");
     let before = (info(&mut c, "behind"), info(&mut c, "ahead"));
     drop(c);
     s.restart();
     let mut c = s.conn();
+    let shared_after = dump::holders(&mut c, "shared");
+    let ttls = |h: &Option<Vec<dump::Holder>>| {
+        h.as_ref()
+            .map(|h| h.iter().map(|h| (h.fence, h.ttl)).collect::<Vec<_>>())
+    };
+    assert!(
+        ttls(&shared_after).is_some_and(|t| t.len() == 2
+            && t[0].0 == 1_000
+            && t[0].1 > 590_000
+            && t[0].1 <= 600_000
+            && t[1].0 == 1_001
+            && t[1].1 > 290_000
+            && t[1].1 <= 300_000),
+        "shared holds (fence, ttl) before the restart {:?}, after the AOF replay {:?}",
+        ttls(&shared_before),
+        ttls(&shared_after)
+    );
     let after = (info(&mut c, "behind"), info(&mut c, "ahead"));
     let ttl = |i: &Option<LockInfo>| i.as_ref().map(|i| i.ttl);
     assert!(

@@ -5,21 +5,23 @@
 //! generate inputs from a seeded RNG instead, so that any failure replays exactly:
 //! `FUZZ_SEED=<n>` replays a run and `FUZZ_RESTORES=<n>` changes its length.
 //!
-//! A DUMP payload is the RDB encoding of one value, the 2-byte RDB version and a CRC-64
-//! (Jones, little-endian) of everything before it. A lock is RDB type 7 (module, v2), the
-//! 64-bit module type id (the type's name in the high 54 bits, its encoding version in the
-//! low 10), then the values the module saved, each behind an opcode (5: string, 2: unsigned;
-//! signed values are saved as unsigned), then the EOF opcode 0. Encoding version 2: token,
-//! deadline in Unix ms, fence, and the Unix ms the value was saved at; on `RESTORE` the lease
-//! is the time it had left then (deadline - saved_at), and more than ten years of it is
-//! refused. Encoding version 1 (still loaded): token, absolute deadline, fence. A fence is
-//! valid from 1 to 2^53-1.
+//! How a lock is written in a DUMP payload, in each encoding version, is in
+//! `tests/common/dump.rs`, which reads and builds them. In short: RDB type 7, the 64-bit
+//! module type id (encoding version in the low 10 bits), the saved values behind opcodes
+//! (5: string, 2: unsigned; signed values as unsigned), EOF, then the RDB version and a
+//! CRC-64. Version 3 (what the module writes): saved_at, mode (0 exclusive, 1 shared), the
+//! key's last fence, a count of holds (at least 1; exactly 1 when exclusive), then each hold
+//! as token, deadline, fence (at most the last fence). Version 2: token, deadline, fence,
+//! saved_at. On `RESTORE` each lease is the time it had left then (deadline - saved_at), and
+//! more than ten years of it is refused. Version 1 (still loaded): token, absolute deadline,
+//! fence. A token is 1 to 256 bytes; a fence from outside is valid from 1 to 2^53-1-2^32.
 //!
 //! Every generated payload gets a correct CRC (unless a test means otherwise), so it reaches
 //! the module's `rdb_load`. Every reply must be `OK` or an `ERR` error; an accepted value
-//! must be a sane lock that behaves like one, with the lease the payload gives it; the server
-//! must stay up; fences must stay positive and increasing; and after thousands of iterations
-//! (with `FLUSHALL` between batches) `used_memory` must be where it was.
+//! must be a sane lock, whose `LOCK.INFO` and `LOCK.HOLDERS` agree, that behaves like one,
+//! with the holds, fences and leases the payload gives it; the server must stay up; fences
+//! must stay positive and increasing; and after thousands of iterations (with `FLUSHALL`
+//! between batches) `used_memory` must be where it was.
 
 mod common;
 
@@ -27,6 +29,10 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use common::dump::{
+    self, with_trailer, Dump, Format, Hold, Holder, Layout, LockBody, Width, ENCVER_MASK,
+    EXCLUSIVE, OP_EOF, OP_STRING, OP_UINT, SHARED,
+};
 use common::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -52,96 +58,6 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-// ------------------------------------------------------------------------ DUMP encoding
-
-/// `body` + the 2-byte RDB version + a correct CRC.
-fn with_trailer(body: &[u8], version: [u8; 2]) -> Vec<u8> {
-    let mut p = body.to_vec();
-    p.extend_from_slice(&version);
-    let crc = crc64(&p);
-    p.extend_from_slice(&crc.to_le_bytes());
-    p
-}
-
-/// The widths an RDB length can be written in; any width that holds the value is valid.
-#[derive(Clone, Copy, Debug)]
-enum Width {
-    Six,
-    Fourteen,
-    ThirtyTwo,
-    SixtyFour,
-}
-
-fn enc_len(n: u64, w: Width) -> Vec<u8> {
-    match w {
-        Width::Six => vec![n as u8 & 0x3f],
-        Width::Fourteen => vec![0x40 | ((n >> 8) as u8 & 0x3f), n as u8],
-        Width::ThirtyTwo => {
-            let mut v = vec![0x80];
-            v.extend_from_slice(&(n as u32).to_be_bytes());
-            v
-        }
-        Width::SixtyFour => {
-            let mut v = vec![0x81];
-            v.extend_from_slice(&n.to_be_bytes());
-            v
-        }
-    }
-}
-
-fn min_width(n: u64) -> Width {
-    if n < 1 << 6 {
-        Width::Six
-    } else if n < 1 << 14 {
-        Width::Fourteen
-    } else if n <= u32::MAX as u64 {
-        Width::ThirtyTwo
-    } else {
-        Width::SixtyFour
-    }
-}
-
-/// Any width that can hold `n`.
-fn some_width(rng: &mut StdRng, n: u64) -> Width {
-    const ALL: [Width; 4] = [
-        Width::Six,
-        Width::Fourteen,
-        Width::ThirtyTwo,
-        Width::SixtyFour,
-    ];
-    let from = match min_width(n) {
-        Width::Six => 0,
-        Width::Fourteen => 1,
-        Width::ThirtyTwo => 2,
-        Width::SixtyFour => 3,
-    };
-    ALL[rng.gen_range(from..ALL.len())]
-}
-
-/// Decodes an RDB length at `at`: (value, bytes used). `None` for the special encodings.
-fn dec_len(b: &[u8], at: usize) -> Option<(u64, usize)> {
-    let first = *b.get(at)?;
-    match first >> 6 {
-        0 => Some(((first & 0x3f) as u64, 1)),
-        1 => Some(((((first & 0x3f) as u64) << 8) | *b.get(at + 1)? as u64, 2)),
-        _ if first == 0x80 => Some((
-            u32::from_be_bytes(b.get(at + 1..at + 5)?.try_into().ok()?) as u64,
-            5,
-        )),
-        _ if first == 0x81 => Some((
-            u64::from_be_bytes(b.get(at + 1..at + 9)?.try_into().ok()?),
-            9,
-        )),
-        _ => None,
-    }
-}
-
-const OP_EOF: u8 = 0;
-const OP_UINT: u8 = 2;
-const OP_STRING: u8 = 5;
-
-/// The low bits of a module type id that hold the encoding version.
-const ENCVER_MASK: u64 = 0x3ff;
 /// The largest fence issued: 2^53-1.
 const MAX_FENCE: u64 = (1 << 53) - 1;
 /// The largest fence accepted from outside: 2^32 below the largest issued, so that one key
@@ -149,6 +65,8 @@ const MAX_FENCE: u64 = (1 << 53) - 1;
 const TOP: u64 = MAX_FENCE - (1 << 32);
 /// The longest lease a `RESTORE` may bring: ten years, in ms.
 const MAX_LEFT_MS: i64 = 315_360_000_000;
+/// The longest token.
+const MAX_TOKEN: usize = 256;
 
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -157,177 +75,170 @@ fn now_ms() -> i64 {
         .as_millis() as i64
 }
 
-/// A lock's saved fields, and how each is written.
-#[derive(Clone, Debug)]
-struct LockBody {
-    /// The module type id, with the encoding version in its low 10 bits.
-    module_id: u64,
-    token: Vec<u8>,
-    /// Unix ms, a signed value saved as unsigned.
-    deadline: u64,
-    fence: u64,
-    /// The fourth field of encoding version 2: the Unix ms the value was saved at (signed).
-    /// `None` writes the three fields of version 1.
-    saved_at: Option<u64>,
-    widths: [Width; 4],
+/// Any width that can hold `n`.
+fn some_width(rng: &mut StdRng, n: u64) -> Width {
+    let widths = Width::holding(n);
+    widths[rng.gen_range(0..widths.len())]
 }
 
+// ----------------------------------------------------------------------------- the rules
+
 /// What the module must do with a well-formed lock body.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum Expect {
     Refused,
-    /// Loaded, with this lease.
-    Loaded(Lease),
+    Loaded(Loaded),
+}
+
+/// A lock as it must load: its mode, the key's last fence, and its holds in grant order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Loaded {
+    /// `exclusive` or `shared`, as `LOCK.INFO` and `LOCK.HOLDERS` name it.
+    mode: &'static str,
+    last_fence: u64,
+    holds: Vec<Want>,
+}
+
+/// One hold as it must load.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Want {
+    token: Vec<u8>,
+    fence: u64,
+    lease: Lease,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Lease {
-    /// Exactly this many ms left from the moment of the `RESTORE` (version 2).
+    /// Exactly this many ms left from the moment of the `RESTORE` (versions 2 and 3).
     Left(i64),
     /// Until this absolute Unix ms (version 1).
     Until(i64),
 }
 
-impl LockBody {
-    fn encver(&self) -> u64 {
-        self.module_id & ENCVER_MASK
-    }
-
-    /// The same lock in the other encoding version's id and layout: version 1 drops the save
-    /// time, version 2 adds `saved_at`.
-    fn into_version(mut self, encver: u64, saved_at: Option<u64>) -> LockBody {
-        self.module_id = (self.module_id & !ENCVER_MASK) | encver;
-        self.saved_at = saved_at;
-        self.widths[3] = min_width(saved_at.unwrap_or(0));
-        self
-    }
-
-    fn encode(&self) -> Vec<u8> {
-        let mut b = vec![7];
-        b.extend(enc_len(self.module_id, Width::SixtyFour));
-        b.push(OP_STRING);
-        b.extend(enc_len(self.token.len() as u64, self.widths[0]));
-        b.extend_from_slice(&self.token);
-        b.push(OP_UINT);
-        b.extend(enc_len(self.deadline, self.widths[1]));
-        b.push(OP_UINT);
-        b.extend(enc_len(self.fence, self.widths[2]));
-        if let Some(saved_at) = self.saved_at {
-            b.push(OP_UINT);
-            b.extend(enc_len(saved_at, self.widths[3]));
-        }
-        b.push(OP_EOF);
-        b
-    }
-
-    /// Parses a lock body as DUMP writes it; `None` if the token is written in one of the
-    /// special encodings (an integer, or LZF-compressed), which this file does not decode.
-    fn parse(b: &[u8]) -> Option<LockBody> {
-        assert_eq!(b[0], 7, "RDB_TYPE_MODULE_2");
-        let (module_id, n) = dec_len(b, 1).unwrap();
-        assert_eq!(n, 9);
-        let mut at = 10;
-        assert_eq!(b[at], OP_STRING);
-        let (len, n) = dec_len(b, at + 1)?;
-        at += 1 + n;
-        let token = b[at..at + len as usize].to_vec();
-        at += len as usize;
-        let mut uints = Vec::new();
-        while b[at] == OP_UINT {
-            let (v, n) = dec_len(b, at + 1).unwrap();
-            uints.push(v);
-            at += 1 + n;
-        }
-        assert_eq!(b[at], OP_EOF);
-        assert_eq!(at + 1, b.len(), "trailing bytes in a lock body");
-        let want = match module_id & ENCVER_MASK {
-            1 => 2,
-            2 => 3,
-            v => panic!("DUMP wrote encoding version {v}"),
-        };
-        assert_eq!(
-            uints.len(),
-            want,
-            "fields of a lock of version {module_id:#x}"
-        );
-        Some(LockBody {
-            module_id,
-            token,
-            deadline: uints[0],
-            fence: uints[1],
-            saved_at: uints.get(2).copied(),
-            widths: [
-                min_width(len),
-                min_width(uints[0]),
-                min_width(uints[1]),
-                min_width(uints.get(2).copied().unwrap_or(0)),
-            ],
-        })
-    }
-
-    /// What the module does with this lock, read at Unix ms `now`: it loads a token of 1 to
-    /// 256 bytes, a fence of 1 to 2^53-1-2^32, and a lease no longer than the longest
-    /// `lock.max-ttl` (ten years) could give; for version 2 the lease is `deadline - saved_at`
-    /// (refused if that overflows), for version 1 it runs to the absolute `deadline`. Only a
-    /// version's own layout loads. (Version 1's ten-year bound depends on the server's clock:
-    /// the generators keep deadlines a day away from it.)
-    fn expect(&self, now: i64) -> Expect {
-        let sane = (1..=256).contains(&self.token.len()) && (1..=TOP).contains(&self.fence);
-        let deadline = self.deadline as i64;
-        let lease = match (self.encver(), self.saved_at) {
-            (1, None) if deadline <= now + MAX_LEFT_MS => Some(Lease::Until(deadline)),
-            (2, Some(saved_at)) => deadline
-                .checked_sub(saved_at as i64)
-                .filter(|left| *left <= MAX_LEFT_MS)
-                .map(Lease::Left),
-            _ => None,
-        };
-        match lease {
-            Some(lease) if sane => Expect::Loaded(lease),
-            _ => Expect::Refused,
+impl Expect {
+    /// Each hold's lease, if it loads.
+    fn leases(&self) -> Option<Vec<Lease>> {
+        match self {
+            Expect::Refused => None,
+            Expect::Loaded(l) => Some(l.holds.iter().map(|h| h.lease).collect()),
         }
     }
 }
 
-/// What a real lock's DUMP looks like on this server.
-struct Sample {
-    body: Vec<u8>,
-    version: [u8; 2],
-    /// The module type id (with the encoding version in its low 10 bits).
-    module_id: u64,
-    /// The decoded fields, when the token is saved as a plain string.
-    lock: Option<LockBody>,
+/// What the module does with lock body `l`, read at Unix ms `now`. Only a version's own
+/// layout loads. Every hold needs a token of 1 to 256 bytes, a fence of 1 to 2^53-1-2^32,
+/// and a lease no longer than the longest `lock.max-ttl` (ten years) could give: for versions
+/// 2 and 3 the lease is `deadline - saved_at` (refused if that overflows), for version 1 it
+/// runs to the absolute `deadline`. Version 3 also needs a mode of 0 or 1, a count of holds
+/// that is the number written, at least 1 and exactly 1 when exclusive, a last fence of 1 to
+/// 2^53-1-2^32, no hold's fence above it, and no two holds with one token or one fence (no
+/// command can make them). (Version 1's ten-year bound depends on the
+/// server's clock: the generators keep deadlines a day away from it.)
+fn distinct(holds: &[Hold]) -> bool {
+    let tokens: std::collections::HashSet<&[u8]> = holds.iter().map(|h| &h.token[..]).collect();
+    let fences: std::collections::HashSet<u64> = holds.iter().map(|h| h.fence).collect();
+    tokens.len() == holds.len() && fences.len() == holds.len()
 }
 
-fn sample(c: &mut redis::Connection, token: &[u8], ttl: u64) -> Sample {
+fn rules(l: &LockBody, now: i64) -> Expect {
+    let fence_ok = |f: u64| (1..=TOP).contains(&f);
+    let hold_ok = |h: &Hold| (1..=MAX_TOKEN).contains(&h.token.len()) && fence_ok(h.fence);
+    let left = |h: &Hold, saved_at: i64| {
+        h.deadline
+            .checked_sub(saved_at)
+            .filter(|left| *left <= MAX_LEFT_MS)
+            .map(Lease::Left)
+    };
+    let want = |h: &Hold, lease: Lease| Want {
+        token: h.token.clone(),
+        fence: h.fence,
+        lease,
+    };
+    let loaded = match (l.encver(), &l.layout) {
+        (1, Layout::V1(h)) if hold_ok(h) && h.deadline <= now + MAX_LEFT_MS => Some(Loaded {
+            mode: "exclusive",
+            last_fence: h.fence,
+            holds: vec![want(h, Lease::Until(h.deadline))],
+        }),
+        (2, Layout::V2 { hold, saved_at }) if hold_ok(hold) => {
+            left(hold, *saved_at).map(|lease| Loaded {
+                mode: "exclusive",
+                last_fence: hold.fence,
+                holds: vec![want(hold, lease)],
+            })
+        }
+        (
+            3,
+            Layout::V3 {
+                saved_at,
+                mode,
+                last_fence,
+                count,
+                holds,
+            },
+        ) if (*mode == SHARED || (*mode == EXCLUSIVE && *count == 1))
+            && *count >= 1
+            && *count == holds.len() as u64
+            && fence_ok(*last_fence)
+            && holds.iter().all(|h| hold_ok(h) && h.fence <= *last_fence)
+            && distinct(holds) =>
+        {
+            holds
+                .iter()
+                .map(|h| left(h, *saved_at).map(|lease| want(h, lease)))
+                .collect::<Option<Vec<_>>>()
+                .map(|holds| Loaded {
+                    mode: if *mode == SHARED {
+                        "shared"
+                    } else {
+                        "exclusive"
+                    },
+                    last_fence: *last_fence,
+                    holds,
+                })
+        }
+        _ => None,
+    };
+    loaded.map_or(Expect::Refused, Expect::Loaded)
+}
+
+/// A real lock's DUMP on this server.
+fn sample(c: &mut redis::Connection, tokens: &[&[u8]], ttl: u64, shared: bool) -> Dump {
     let key = "sample";
     cmd!(c, "DEL", key).unwrap();
-    assert!(cmd!(c, "LOCK.ACQUIRE", key, token, ttl).is_ok_and(|v| matches!(v, Value::Int(_))));
-    let p = match cmd!(c, "DUMP", key) {
-        Ok(Value::BulkString(b)) => b,
-        other => panic!("DUMP: {other:?}"),
-    };
+    for (n, token) in tokens.iter().enumerate() {
+        let r = if shared {
+            cmd!(c, "LOCK.ACQUIRE", key, *token, ttl + n as u64, "SHARED")
+        } else {
+            cmd!(c, "LOCK.ACQUIRE", key, *token, ttl)
+        };
+        assert!(r.is_ok_and(|v| matches!(v, Value::Int(_))));
+    }
+    let p = dump::dump(c, key);
     cmd!(c, "DEL", key).unwrap();
-    let n = p.len();
-    assert_eq!(
-        crc64(&p[..n - 8]),
-        u64::from_le_bytes(p[n - 8..].try_into().unwrap()),
-        "this file's CRC-64 disagrees with the server's"
-    );
-    let body = p[..n - 10].to_vec();
-    let lock = LockBody::parse(&body);
-    if let Some(lock) = &lock {
-        assert_eq!(lock.token, token);
-        assert_eq!(lock.encode(), body, "re-encoding a parsed DUMP changes it");
+    let d = Dump::read(&p);
+    assert_eq!(d.encver(), dump::ENCVER, "the module dumps version 3");
+    if let Some(lock) = &d.lock {
+        let (_, mode, _, holds) = d.v3();
+        assert_eq!(mode, if shared { SHARED } else { EXCLUSIVE });
+        let got: Vec<&[u8]> = holds.iter().map(|h| &h.token[..]).collect();
+        assert_eq!(got, tokens, "the holds in grant order");
+        assert_eq!(
+            lock.encode(),
+            d.body,
+            "re-encoding a parsed DUMP changes it"
+        );
     }
-    Sample {
-        module_id: dec_len(&body, 1).unwrap().0,
-        body,
-        version: [p[n - 10], p[n - 9]],
-        lock,
-    }
+    d
 }
 
+/// The format of a sample's payloads.
+fn format_of(s: &Dump) -> Format {
+    Format {
+        type_id: s.module_id & !ENCVER_MASK,
+        rdb_version: s.rdb_version,
+    }
+}
 // -------------------------------------------------------------------------- the checks
 
 #[derive(Default, Debug)]
@@ -379,8 +290,8 @@ impl Fuzz {
 
     /// Runs one `RESTORE` and checks what the server did with it; returns whether it was
     /// accepted. With `expect`, the outcome must be that one, and a loaded lock must have
-    /// that lease.
-    fn restore(&mut self, key: &str, payload: &[u8], expect: Option<Expect>) -> bool {
+    /// those holds, fences and leases.
+    fn restore(&mut self, key: &str, payload: &[u8], expect: Option<&Expect>) -> bool {
         self.tally.restores += 1;
         let sent = Instant::now();
         let r = cmd!(&mut self.con, "RESTORE", key, 0, payload, "REPLACE");
@@ -398,11 +309,11 @@ impl Fuzz {
         }
         if ok {
             self.tally.accepted += 1;
-            let lease = match expect {
-                Some(Expect::Loaded(lease)) => Some(lease),
+            let want = match expect {
+                Some(Expect::Loaded(want)) => Some(want),
                 _ => None,
             };
-            self.check_accepted(key, lease, sent);
+            self.check_accepted(key, want, sent);
         } else {
             self.tally.refused += 1;
             match cmd!(&mut self.con, "EXISTS", key) {
@@ -414,151 +325,260 @@ impl Fuzz {
         ok
     }
 
-    /// Checks the lease of a restored lock (`None`: the lease had ended) against `lease`,
-    /// the `RESTORE` having been sent at `sent`. A lease given as time left is exact: never
-    /// more than it, never less than it minus the time the commands took. An absolute one is
-    /// read against this machine's clock, which is the server's (100 ms of slack).
-    fn check_lease(&mut self, got: &Option<LockInfo>, lease: Lease, sent: Instant) {
+    /// `LOCK.INFO` and `LOCK.HOLDERS` of `key` in one `MULTI`, so that both describe the
+    /// same instant; they must agree: both null or neither, as many entries as holders, each
+    /// in the lock's mode, the exclusive holder the only entry, the longest lease left the
+    /// `ttl`, no entry's fence above the key's, no token twice.
+    fn state(&mut self, key: &str) -> Option<(LockInfo, Vec<Holder>)> {
+        let replies = exec(
+            &mut self.con,
+            &[args(&["LOCK.INFO", key]), args(&["LOCK.HOLDERS", key])],
+        );
+        let (i, h) = (parse_info(&replies[0]), dump::parse_holders(&replies[1]));
+        let (i, h) = match (i, h) {
+            (None, None) => return None,
+            (Some(i), Some(h)) => (i, h),
+            (i, h) => self.fail(&format!("LOCK.INFO {i:?} but LOCK.HOLDERS {h:?}")),
+        };
+        let tokens: std::collections::HashSet<&[u8]> = h.iter().map(|e| &e.token[..]).collect();
+        let agree = h.len() as i64 == i.holders
+            && h.iter().all(|e| e.mode == i.mode && e.fence <= i.fence)
+            && h.iter().map(|e| e.ttl).max().unwrap_or(-1) == i.ttl
+            && (i.mode != "exclusive" || i.holder.as_ref() == h.first().map(|e| &e.token))
+            && tokens.len() == h.len();
+        if !agree {
+            self.fail(&format!(
+                "LOCK.INFO {i:?} disagrees with LOCK.HOLDERS {h:?}"
+            ));
+        }
+        Some((i, h))
+    }
+
+    /// Checks the holds of a restored lock (`None`: every lease had ended) against `want`,
+    /// the `RESTORE` having been sent at `sent`: the live ones, in grant order, with their
+    /// tokens, fences and leases. A lease given as time left is exact: never more than it,
+    /// never less than it minus the time the commands took; a hold with no more left than
+    /// that may have ended. An absolute one is read against this machine's clock, which is
+    /// the server's (100 ms of slack).
+    fn check_holds(&mut self, got: &Option<(LockInfo, Vec<Holder>)>, want: &Loaded, sent: Instant) {
         let took = sent.elapsed().as_millis() as i64 + 2;
-        let (left, slack) = match lease {
-            Lease::Left(left) => (left, 0),
-            Lease::Until(deadline) => (deadline.saturating_sub(now_ms() - took), 100),
-        };
-        let ok = match got {
-            // Ended: fine if it had no time left, or too little to outlast the commands.
-            None => left <= took + slack,
-            Some(i) => {
-                i.ttl <= left.saturating_add(slack) && i.ttl >= left.saturating_sub(took + slack)
+        let empty = Vec::new();
+        let entries = got.as_ref().map_or(&empty, |(_, h)| h);
+        let mut next = entries.iter().peekable();
+        let mut ok = true;
+        for w in &want.holds {
+            let (left, slack) = match w.lease {
+                Lease::Left(left) => (left, 0),
+                Lease::Until(deadline) => (deadline.saturating_sub(now_ms() - took), 100),
+            };
+            let here = next
+                .peek()
+                .is_some_and(|e| e.token == w.token && e.fence as u64 == w.fence);
+            if here {
+                let e = next.next().unwrap();
+                ok &= e.mode == want.mode
+                    && e.ttl <= left.saturating_add(slack)
+                    && e.ttl >= left.saturating_sub(took + slack);
+            } else {
+                // Ended: fine if it had no time left, or too little to outlast the commands.
+                ok &= left <= took + slack;
             }
-        };
+        }
+        ok &= next.next().is_none();
+        if let Some((i, _)) = got {
+            ok &= i.fence as u64 == want.last_fence && i.mode == want.mode && i.waiters == 0;
+        }
         if !ok {
             self.fail(&format!(
-                "restored lease {lease:?}: LOCK.INFO {got:?} within {took} ms of the RESTORE"
+                "restored {want:?}: LOCK.INFO and LOCK.HOLDERS {got:?} within {took} ms of the \
+                 RESTORE"
             ));
         }
     }
 
     /// Whatever was accepted must be a sane lock that behaves like one (or a value of a
-    /// native type, when the body was not a module value at all); with `lease`, the lease
-    /// the payload gives it.
-    fn check_accepted(&mut self, key: &str, lease: Option<Lease>, sent: Instant) {
+    /// native type, when the body was not a module value at all); with `want`, the holds the
+    /// payload gives it.
+    fn check_accepted(&mut self, key: &str, want: Option<&Loaded>, sent: Instant) {
         let ty = match cmd!(&mut self.con, "TYPE", key) {
             Ok(Value::SimpleString(s)) => s,
             other => self.fail(&format!("TYPE: {other:?}")),
         };
         if ty == "none" {
-            // A lease that had ended (or ended at once): the sweep took the key away.
-            if let Some(lease) = lease {
-                self.check_lease(&None, lease, sent);
+            // Leases that had ended (or ended at once): the sweep took the key away.
+            if let Some(want) = want {
+                self.check_holds(&None, want, sent);
             }
             return;
         }
         if ty != "redislock" {
-            if lease.is_some() {
+            if want.is_some() {
                 self.fail(&format!("a lock body restored as a {ty}"));
             }
             cmd!(&mut self.con, "DEL", key).unwrap();
             return;
         }
-        let got = match cmd!(&mut self.con, "LOCK.INFO", key) {
-            Ok(v) => parse_info(&v),
-            Err(e) => self.fail(&format!("LOCK.INFO of a restored lock: {e}")),
-        };
-        if let Some(lease) = lease {
-            self.check_lease(&got, lease, sent);
+        let got = self.state(key);
+        if let Some(want) = want {
+            self.check_holds(&got, want, sent);
         }
-        let Some(i) = got else {
-            // A lease that ended before the restore: the key goes away.
+        let Some((_, entries)) = got else {
+            // Leases that ended before the restore: the key goes away.
             cmd!(&mut self.con, "DEL", key).unwrap();
             return;
         };
-        if (0..SHORT_LEASE_MS).contains(&i.ttl) {
-            // Too short to outlast the checks below: it must end on its own, on time.
+        let short: Vec<Vec<u8>> = entries
+            .iter()
+            .filter(|e| e.ttl < SHORT_LEASE_MS)
+            .map(|e| e.token.clone())
+            .collect();
+        if !short.is_empty() {
+            // Too short to outlast the checks below: they must end on their own, on time.
+            let c = &mut self.con;
+            let ended = wait_until(Duration::from_secs(5), || {
+                dump::holders(c, key).is_none_or(|h| !h.iter().any(|e| short.contains(&e.token)))
+            });
+            if !ended {
+                self.fail(&format!(
+                    "restored leases of under {SHORT_LEASE_MS} ms did not end"
+                ));
+            }
+        }
+        let Some((i, entries)) = self.state(key) else {
+            // Every lease ended: the key goes away on its own, on time.
             let c = &mut self.con;
             if !wait_until(Duration::from_secs(5), || !exists(c, key)) {
-                self.fail(&format!("a restored {} ms lease did not end", i.ttl));
+                self.fail("every restored lease ended, but the key stayed");
             }
             return;
-        }
+        };
         self.tally.locks_exercised += 1;
-        let Some(holder) = i.holder.clone() else {
-            self.fail(&format!("restored lock without a holder: {i:?}"));
-        };
-        if holder.is_empty()
-            || holder.len() > 256
-            || i.fence <= 0
-            || i.fence as u64 > MAX_FENCE
-            || i.ttl < 0
-            || i.ttl > MAX_LEFT_MS
-            || i.waiters != 0
-        {
-            self.fail(&format!("restored lock is not sane: {i:?}"));
-        }
-        let c = &mut self.con;
-        let f = cmd!(c, "LOCK.FENCE", key, holder.as_slice());
-        let f = match f {
-            Ok(Value::Int(f)) if f > i.fence && f > self.probe_fence && f as u64 <= MAX_FENCE => f,
-            other => self.fail(&format!(
-                "LOCK.FENCE of a restored lock (fence {}, fences issued up to {}): {other:?}",
-                i.fence, self.probe_fence
-            )),
-        };
-        self.probe_fence = self.probe_fence.max(f);
-        let c = &mut self.con;
-        let checks = [
-            (
-                cmd!(c, "LOCK.ACQUIRE", key, "someone-else", 1000),
-                Value::Nil,
-            ),
-            (
-                cmd!(c, "LOCK.EXTEND", key, holder.as_slice(), 60_000),
-                Value::Int(1),
-            ),
-            (
-                cmd!(c, "LOCK.ACQUIRE", key, holder.as_slice(), 60_000),
-                Value::Int(f),
-            ),
-        ];
-        for (got, want) in checks {
-            if got != Ok(want.clone()) {
-                self.fail(&format!("restored lock: got {got:?}, want {want:?}"));
+        for e in &entries {
+            if e.token.is_empty()
+                || e.token.len() > MAX_TOKEN
+                || e.fence <= 0
+                || e.ttl <= 0
+                || e.ttl > MAX_LEFT_MS
+            {
+                self.fail(&format!("restored hold is not sane: {e:?} in {i:?}"));
             }
         }
-        // It dumps and restores again as the same lock, with the time it had left.
+        if i.fence <= 0 || i.fence as u64 > MAX_FENCE || i.waiters != 0 {
+            self.fail(&format!("restored lock is not sane: {i:?}"));
+        }
+        self.exercise(key, &i, &entries);
+    }
+
+    /// Uses a restored lock as its holders would: each gets a new fence above every fence
+    /// before, renews its lease and asks again for what it holds (the same fence back);
+    /// nobody else gets an exclusive hold, and someone else gets a shared one only where the
+    /// lock is shared. Then it dumps and restores as the same lock, with each lease's time
+    /// left, and when every holder has released it the key is gone.
+    fn exercise(&mut self, key: &str, i: &LockInfo, entries: &[Holder]) {
+        let shared = i.mode == "shared";
+        let mut top = i.fence.max(self.probe_fence);
+        let mut fences = Vec::new();
+        for e in entries {
+            let c = &mut self.con;
+            match cmd!(c, "LOCK.FENCE", key, e.token.as_slice()) {
+                Ok(Value::Int(f)) if f > top && f as u64 <= MAX_FENCE => {
+                    top = f;
+                    fences.push(f);
+                }
+                other => self.fail(&format!(
+                    "LOCK.FENCE of restored hold {e:?} (fences issued up to {top}): {other:?}"
+                )),
+            }
+        }
+        let c = &mut self.con;
+        let r = cmd!(c, "LOCK.ACQUIRE", key, "someone-else", 1000);
+        if r != Ok(Value::Nil) {
+            self.fail(&format!("someone else asked for {i:?} exclusively: {r:?}"));
+        }
+        let c = &mut self.con;
+        match cmd!(c, "LOCK.ACQUIRE", key, "someone-else", 1000, "SHARED") {
+            Ok(Value::Nil) if !shared => {}
+            Ok(Value::Int(f)) if shared && f > top => {
+                top = f;
+                let c = &mut self.con;
+                assert_eq!(release(c, key, "someone-else"), 1);
+            }
+            other => self.fail(&format!("someone else asked {i:?} for a share: {other:?}")),
+        }
+        self.probe_fence = self.probe_fence.max(top);
+        for (e, &f) in entries.iter().zip(&fences) {
+            let t = e.token.as_slice();
+            let c = &mut self.con;
+            let mut checks = vec![
+                (cmd!(c, "LOCK.EXTEND", key, t, 60_000), Ok(Value::Int(1))),
+                if shared {
+                    (
+                        cmd!(c, "LOCK.ACQUIRE", key, t, 60_000, "SHARED"),
+                        Ok(Value::Int(f)),
+                    )
+                } else {
+                    (cmd!(c, "LOCK.ACQUIRE", key, t, 60_000), Ok(Value::Int(f)))
+                },
+            ];
+            if shared {
+                let r = cmd!(c, "LOCK.ACQUIRE", key, t, 60_000);
+                let upgrade = "ERR the token holds the lock shared";
+                let r = match r {
+                    Err(e) if e.starts_with(upgrade) => Err(upgrade.to_string()),
+                    other => other,
+                };
+                checks.push((r, Err(upgrade.to_string())));
+            }
+            for (got, want) in checks {
+                if got != want {
+                    self.fail(&format!("restored hold {e:?}: got {got:?}, want {want:?}"));
+                }
+            }
+        }
+        // It dumps and restores again as the same lock, with the time each hold had left.
         let renewed = Instant::now();
         let c = &mut self.con;
-        let again = match cmd!(c, "DUMP", key) {
-            Ok(Value::BulkString(b)) => b,
-            other => self.fail(&format!("DUMP of a restored lock: {other:?}")),
-        };
+        let again = dump::dump(c, key);
         let c = &mut self.con;
         if cmd!(c, "RESTORE", "copy", 0, again.as_slice(), "REPLACE") != Ok(Value::Okay) {
             self.fail("a restored lock's own DUMP does not restore");
         }
-        let copy = info(&mut self.con, "copy");
-        if copy.as_ref().map(|c| (&c.holder, c.fence)) != Some((&Some(holder.clone()), f)) {
-            self.fail(&format!("round trip changed the lock: {copy:?}"));
-        }
+        let copy = self.state("copy");
         // DUMP rounds the deadline up and the save time down (to the millisecond): the copy
         // may hold up to 2 ms more than the lease had left, never less.
         let took = renewed.elapsed().as_millis() as i64 + 2;
-        if copy
-            .as_ref()
-            .is_some_and(|c| c.ttl > 60_000 + 2 || c.ttl < 60_000 - took)
-        {
+        let same = copy.as_ref().is_some_and(|(ci, ch)| {
+            ci.fence == top
+                && ci.mode == i.mode
+                && ch.len() == entries.len()
+                && ch.iter().zip(entries).zip(&fences).all(|((c, e), &f)| {
+                    c.token == e.token
+                        && c.fence == f
+                        && c.ttl <= 60_000 + 2
+                        && c.ttl >= 60_000 - took
+                })
+        });
+        if !same {
             self.fail(&format!(
-                "round trip of a 60000 ms lease: {copy:?} within {took} ms"
+                "round trip of {i:?} {entries:?} with fences {fences:?} (key's {top}) and \
+                 60000 ms leases: {copy:?} within {took} ms"
+            ));
+        }
+        for e in entries {
+            let c = &mut self.con;
+            let r = cmd!(c, "LOCK.RELEASE", key, e.token.as_slice());
+            if r != Ok(Value::Int(1)) {
+                self.fail(&format!("LOCK.RELEASE of restored hold {e:?}: {r:?}"));
+            }
+        }
+        if exists(&mut self.con, key) {
+            let left = dump::holders(&mut self.con, key);
+            self.fail(&format!(
+                "every holder released, but the key is left: {left:?}"
             ));
         }
         let c = &mut self.con;
-        let r = cmd!(c, "LOCK.RELEASE", key, holder.as_slice());
-        if r != Ok(Value::Int(1)) {
-            self.fail(&format!(
-                "LOCK.RELEASE of a restored lock by its holder: {r:?}"
-            ));
-        }
-        let c = &mut self.con;
-        cmd!(c, "DEL", key, "copy").unwrap();
+        cmd!(c, "DEL", "copy").unwrap();
     }
 
     /// Blocks `n` clients in `LOCK.ACQUIRE … WAIT` at once, then answers them all (a `DEL`
@@ -826,7 +846,7 @@ fn random_item_of(rng: &mut StdRng, out: &mut Vec<u8>, op: u8) {
                 return;
             }
             let w = some_width(rng, len);
-            out.extend(enc_len(len, w));
+            out.extend(dump::enc_len_as(len, w));
             let have = if rng.gen_bool(0.85) {
                 (len as usize).min(400)
             } else {
@@ -837,7 +857,7 @@ fn random_item_of(rng: &mut StdRng, out: &mut Vec<u8>, op: u8) {
         OP_UINT | 1 => {
             let v = interesting_u64(rng);
             let w = some_width(rng, v);
-            out.extend(enc_len(v, w));
+            out.extend(dump::enc_len_as(v, w));
         }
         3 => out.extend_from_slice(&rng.gen::<f32>().to_le_bytes()),
         4 => out.extend_from_slice(&rng.gen::<f64>().to_le_bytes()),
@@ -846,22 +866,37 @@ fn random_item_of(rng: &mut StdRng, out: &mut Vec<u8>, op: u8) {
 }
 
 /// (a) A random body behind a correct trailer.
-fn random_body(rng: &mut StdRng, s: &Sample) -> Vec<u8> {
+fn random_body(rng: &mut StdRng, s: &Dump) -> Vec<u8> {
     let id = s.module_id;
     let mut b = Vec::new();
     match rng.gen_range(0..20) {
-        // Shaped like a lock (string, then two or three unsigned values, EOF) with random
-        // values, under the id of encoding version 2 or 1.
-        0..=4 => {
+        // Shaped like a lock of version 1 or 2 (string, then two or three unsigned values,
+        // EOF) with random values, under the id of encoding version 3, 2 or 1.
+        0..=2 => {
             b.push(7);
-            let id = if rng.gen_bool(0.3) {
-                (id & !ENCVER_MASK) | 1
-            } else {
-                id
-            };
-            b.extend(enc_len(id, Width::SixtyFour));
+            let id = (id & !ENCVER_MASK) | rng.gen_range(1..=3);
+            b.extend(dump::enc_len_as(id, Width::SixtyFour));
             random_item_of(rng, &mut b, OP_STRING);
             for _ in 0..rng.gen_range(2..=3) {
+                random_item_of(rng, &mut b, OP_UINT);
+            }
+            if rng.gen_bool(0.9) {
+                b.push(OP_EOF);
+            }
+        }
+        // Shaped like a lock of version 3 (four unsigned values, then a few holds of a
+        // string and two unsigned values, EOF) with random values, under the id of
+        // encoding version 3 (mostly) or 2.
+        3..=4 => {
+            b.push(7);
+            let id = (id & !ENCVER_MASK) | if rng.gen_bool(0.8) { 3 } else { 2 };
+            b.extend(dump::enc_len_as(id, Width::SixtyFour));
+            for _ in 0..4 {
+                random_item_of(rng, &mut b, OP_UINT);
+            }
+            for _ in 0..rng.gen_range(0..=4) {
+                random_item_of(rng, &mut b, OP_STRING);
+                random_item_of(rng, &mut b, OP_UINT);
                 random_item_of(rng, &mut b, OP_UINT);
             }
             if rng.gen_bool(0.9) {
@@ -871,8 +906,8 @@ fn random_body(rng: &mut StdRng, s: &Sample) -> Vec<u8> {
         // The lock's own type, then module items in random order and number.
         5..=11 => {
             b.push(7);
-            b.extend(enc_len(id, Width::SixtyFour));
-            for _ in 0..rng.gen_range(0..6) {
+            b.extend(dump::enc_len_as(id, Width::SixtyFour));
+            for _ in 0..rng.gen_range(0..8) {
                 random_item(rng, &mut b);
             }
             if rng.gen_bool(0.7) {
@@ -885,13 +920,13 @@ fn random_body(rng: &mut StdRng, s: &Sample) -> Vec<u8> {
         // The lock's own type, then raw bytes.
         12..=14 => {
             b.push(7);
-            b.extend(enc_len(id, Width::SixtyFour));
+            b.extend(dump::enc_len_as(id, Width::SixtyFour));
             b.extend(random_bytes(rng, 100));
         }
         // RDB_TYPE_MODULE (v1, no opcodes), with the lock's id.
         15..=16 => {
             b.push(6);
-            b.extend(enc_len(id, Width::SixtyFour));
+            b.extend(dump::enc_len_as(id, Width::SixtyFour));
             b.extend(random_bytes(rng, 60));
         }
         // An unknown module id (another encoding version of this type, or random).
@@ -902,7 +937,7 @@ fn random_body(rng: &mut StdRng, s: &Sample) -> Vec<u8> {
             } else {
                 rng.gen()
             };
-            b.extend(enc_len(other, Width::SixtyFour));
+            b.extend(dump::enc_len_as(other, Width::SixtyFour));
             b.extend(random_bytes(rng, 40));
         }
         // Anything at all.
@@ -911,77 +946,344 @@ fn random_body(rng: &mut StdRng, s: &Sample) -> Vec<u8> {
     b
 }
 
-/// (b) A real lock's DUMP, mutated: field edits (values, encoding versions, layouts),
-/// bit flips, byte sets, truncations, insertions, deletions. Returns the body and, for pure
-/// field edits, what the rules say the module does with it.
-fn mutated_body(rng: &mut StdRng, s: &Sample) -> (Vec<u8>, Option<Expect>) {
-    if let Some(mut l) = s.lock.clone().filter(|_| rng.gen_bool(0.4)) {
-        // A well-formed lock with edited fields: the outcome is known.
-        for _ in 0..rng.gen_range(1..=2) {
-            match rng.gen_range(0..11) {
-                0 => {
-                    l.token = match rng.gen_range(0..6) {
-                        0 => Vec::new(),
-                        1 => vec![b'x'; 256],
-                        2 => vec![b'x'; 257],
-                        3 => random_bytes(rng, 300),
-                        _ => {
-                            let n = rng.gen_range(1..=256);
-                            (0..n).map(|_| rng.gen()).collect()
-                        }
-                    }
-                }
-                1 => l.deadline = interesting_u64(rng),
-                2 => l.fence = interesting_fence(rng),
-                3 if l.saved_at.is_some() => l.saved_at = Some(interesting_u64(rng)),
-                // A lease of some length, saved at some time (an hour away, say).
-                4 if l.saved_at.is_some() => {
-                    let saved_at = if rng.gen_bool(0.5) {
-                        interesting_u64(rng)
-                    } else {
-                        l.saved_at.unwrap()
-                    };
-                    l.saved_at = Some(saved_at);
-                    l.deadline = (saved_at as i64).wrapping_add(interesting_left(rng)) as u64;
-                }
-                // deadline - saved_at overflows.
-                5 if l.saved_at.is_some() => {
-                    let (d, at) =
-                        [(i64::MAX, -1), (i64::MIN, 1), (i64::MAX, i64::MIN)][rng.gen_range(0..3)];
-                    l.deadline = d as u64;
-                    l.saved_at = Some(at as u64);
-                }
-                // Version 1: three fields, an absolute deadline.
-                6 => {
-                    l = l.into_version(1, None);
-                    l.deadline = interesting_v1_deadline(rng);
-                }
-                // A version's id with the other version's layout.
-                7 => {
-                    l = match l.saved_at {
-                        Some(at) => l.into_version(1, Some(at)),
-                        None => l.into_version(2, None),
-                    }
-                }
-                // An encoding version this module never wrote, with either layout.
-                8 => {
-                    let v = [0, 3, 4, 1023, rng.gen_range(3..1024)][rng.gen_range(0..5)];
-                    let at = l.saved_at.or(Some(now_ms() as u64)).filter(|_| rng.gen());
-                    l = l.into_version(v, at);
-                }
-                _ => {}
+/// A token of a valid length or not: empty, 256 bytes, 257, up to 300, or 1 to 256 random
+/// bytes.
+fn interesting_token(rng: &mut StdRng) -> Vec<u8> {
+    match rng.gen_range(0..6) {
+        0 => Vec::new(),
+        1 => vec![b'x'; MAX_TOKEN],
+        2 => vec![b'x'; MAX_TOKEN + 1],
+        3 => random_bytes(rng, 300),
+        _ => {
+            let n = rng.gen_range(1..=MAX_TOKEN);
+            (0..n).map(|_| rng.gen()).collect()
+        }
+    }
+}
+
+/// A version-3 mode: mostly a valid one, else 2, 3, 255, 2^64-1 or anything.
+fn interesting_mode(rng: &mut StdRng) -> u64 {
+    match rng.gen_range(0..8) {
+        0..=1 => EXCLUSIVE,
+        2..=3 => SHARED,
+        4 => rng.gen_range(2..=3),
+        5 => 255,
+        6 => u64::MAX,
+        _ => rng.gen(),
+    }
+}
+
+/// A count of holds for a list of `n`: right, one off, 0, or huge.
+fn interesting_count(rng: &mut StdRng, n: u64) -> u64 {
+    match rng.gen_range(0..9) {
+        0 => 0,
+        1 => n.saturating_sub(1),
+        2 => n + 1,
+        3 => n + rng.gen_range(2..100),
+        4 => 1 << 32,
+        5 => u64::MAX,
+        6 => i64::MAX as u64 + 1,
+        7 => rng.gen(),
+        _ => n,
+    }
+}
+
+/// The layout of encoding version `v` (1, 2 or 3) with `l`'s holds (version 1 and 2 keep
+/// the first), its save time (now if it has none), and a mode that fits the holds.
+fn layout_of_version(rng: &mut StdRng, l: &Layout, v: u64) -> Layout {
+    let now = now_ms();
+    let holds = l.holds().to_vec();
+    let first = holds
+        .first()
+        .cloned()
+        .unwrap_or_else(|| Hold::new("t", now + 60_000, 1));
+    let saved_at = l.saved_at().unwrap_or(now);
+    match v {
+        1 => Layout::V1(first),
+        2 => Layout::V2 {
+            hold: first,
+            saved_at,
+        },
+        _ => {
+            let holds = if holds.is_empty() { vec![first] } else { holds };
+            let mode = if holds.len() > 1 || rng.gen() {
+                SHARED
+            } else {
+                EXCLUSIVE
+            };
+            let last = holds.iter().map(|h| h.fence).max().unwrap();
+            Layout::v3(mode, last, saved_at, holds)
+        }
+    }
+}
+
+/// Makes every token of `l` distinct (the known-outcome generators write each token once;
+/// a token twice has its own test, `a_token_holds_a_lock_once`).
+fn distinct_tokens(l: &mut LockBody) {
+    if let Layout::V3 { holds, .. } = &mut l.layout {
+        for n in 1..holds.len() {
+            if holds[..n].iter().any(|h| h.token == holds[n].token) {
+                holds[n].token = format!("distinct-{n}").into_bytes();
             }
         }
-        let lens = [
-            l.token.len() as u64,
-            l.deadline,
-            l.fence,
-            l.saved_at.unwrap_or(0),
-        ];
-        for (w, n) in l.widths.iter_mut().zip(lens) {
-            *w = some_width(rng, n);
+    }
+}
+
+/// The field edits of [`edit`], by number.
+const EDITS: u32 = 20;
+/// The edits that are about version 3's holds: mode, count, last fence, hold lists,
+/// exclusive with several holds, leases beyond ten years, a hold's fence.
+const V3_EDITS: [u32; 9] = [2, 9, 10, 11, 12, 13, 14, 15, 19];
+
+/// Hold `i` of `l` (the one of versions 1 and 2).
+fn hold_at(l: &mut LockBody, i: usize) -> Option<&mut Hold> {
+    match &mut l.layout {
+        Layout::V1(h) | Layout::V2 { hold: h, .. } => Some(h),
+        Layout::V3 { holds, .. } => holds.get_mut(i),
+    }
+}
+
+/// Edit `kind` of a lock body's fields (its values, its encoding version, its layout).
+fn edit(rng: &mut StdRng, l: &mut LockBody, kind: u32) {
+    let n = l.layout.holds().len();
+    let i = rng.gen_range(0..n.max(1));
+    let saved_at = l.layout.saved_at();
+    match kind {
+        0 => {
+            if let Some(h) = hold_at(l, i) {
+                h.token = interesting_token(rng);
+            }
         }
-        return (l.encode(), Some(l.expect(now_ms())));
+        1 => {
+            if let Some(h) = hold_at(l, i) {
+                h.deadline = interesting_u64(rng) as i64;
+            }
+        }
+        // A hold's fence; mostly the key's last fence stays above it.
+        2 => {
+            let f = interesting_fence(rng);
+            let keep_last = rng.gen_bool(0.7);
+            if let Some(h) = hold_at(l, i) {
+                h.fence = f;
+            }
+            if let Layout::V3 { last_fence, .. } = &mut l.layout {
+                if keep_last {
+                    *last_fence = (*last_fence).max(f);
+                }
+            }
+        }
+        3 => match &mut l.layout {
+            Layout::V2 { saved_at, .. } | Layout::V3 { saved_at, .. } => {
+                *saved_at = interesting_u64(rng) as i64
+            }
+            Layout::V1(_) => {}
+        },
+        // Leases of some length, saved at some time (an hour away, say).
+        4 => {
+            let Some(old) = saved_at else { return };
+            let at = if rng.gen_bool(0.5) {
+                interesting_u64(rng) as i64
+            } else {
+                old
+            };
+            match &mut l.layout {
+                Layout::V2 { saved_at, hold } => {
+                    *saved_at = at;
+                    hold.deadline = at.wrapping_add(interesting_left(rng));
+                }
+                Layout::V3 {
+                    saved_at, holds, ..
+                } => {
+                    *saved_at = at;
+                    for h in holds {
+                        h.deadline = at.wrapping_add(interesting_left(rng));
+                    }
+                }
+                Layout::V1(_) => {}
+            }
+        }
+        // deadline - saved_at overflows.
+        5 => {
+            let (d, at) =
+                [(i64::MAX, -1), (i64::MIN, 1), (i64::MAX, i64::MIN)][rng.gen_range(0..3)];
+            match &mut l.layout {
+                Layout::V2 { saved_at, .. } | Layout::V3 { saved_at, .. } => *saved_at = at,
+                Layout::V1(_) => return,
+            }
+            if let Some(h) = hold_at(l, i) {
+                h.deadline = d;
+            }
+        }
+        // Version 1: three fields, an absolute deadline.
+        6 => {
+            let mut v1 = layout_of_version(rng, &l.layout, 1);
+            if let Layout::V1(h) = &mut v1 {
+                h.deadline = interesting_v1_deadline(rng) as i64;
+            }
+            *l = l.clone().with_encver(1);
+            l.layout = v1;
+        }
+        // A version's id with another version's layout.
+        7 => {
+            let have = l.encver().clamp(1, 3);
+            let other = [1, 2, 3]
+                .into_iter()
+                .filter(|v| *v != have)
+                .collect::<Vec<_>>();
+            let v = other[rng.gen_range(0..2)];
+            l.layout = layout_of_version(rng, &l.layout, v);
+        }
+        // An encoding version this module never wrote, with any layout.
+        8 => {
+            let v = [0, 4, 5, 1023, rng.gen_range(4..1024)][rng.gen_range(0..5)];
+            let layout = rng.gen_range(1..=3);
+            l.layout = layout_of_version(rng, &l.layout, layout);
+            *l = l.clone().with_encver(v);
+        }
+        9 => {
+            if let Layout::V3 { mode, .. } = &mut l.layout {
+                *mode = interesting_mode(rng);
+            }
+        }
+        10 => {
+            if let Layout::V3 { count, holds, .. } = &mut l.layout {
+                *count = interesting_count(rng, holds.len() as u64);
+            }
+        }
+        // The key's last fence: anything, or below a hold's.
+        11 => {
+            if let Layout::V3 {
+                last_fence, holds, ..
+            } = &mut l.layout
+            {
+                *last_fence = match holds.get(i) {
+                    Some(h) if rng.gen() => h.fence.saturating_sub(rng.gen_range(1..3)),
+                    _ => interesting_fence(rng),
+                };
+            }
+        }
+        // A list of holds cut short (its count kept), or emptied.
+        12 => {
+            if let Layout::V3 { holds, .. } = &mut l.layout {
+                let keep = if rng.gen() {
+                    0
+                } else {
+                    holds.len().saturating_sub(1)
+                };
+                holds.truncate(keep);
+            }
+        }
+        // One more hold, of some lease, under the last fence; mostly counted.
+        13 => {
+            if let Layout::V3 {
+                saved_at,
+                last_fence,
+                count,
+                holds,
+                ..
+            } = &mut l.layout
+            {
+                let fence = if (1..=TOP).contains(last_fence) {
+                    rng.gen_range(1..=*last_fence)
+                } else {
+                    interesting_fence(rng)
+                };
+                let token = format!("more-{}", holds.len()).into_bytes();
+                let deadline = saved_at.wrapping_add(interesting_left(rng));
+                holds.insert(
+                    rng.gen_range(0..=holds.len()),
+                    Hold {
+                        token,
+                        deadline,
+                        fence,
+                    },
+                );
+                if rng.gen_bool(0.8) {
+                    *count = holds.len() as u64;
+                }
+            }
+        }
+        // Exclusive, with two holds or more.
+        14 => {
+            if let Layout::V3 {
+                mode,
+                count,
+                holds,
+                saved_at,
+                last_fence,
+            } = &mut l.layout
+            {
+                *mode = EXCLUSIVE;
+                while holds.len() < 2 {
+                    let n = holds.len();
+                    holds.push(Hold::new(
+                        format!("x{n}"),
+                        saved_at.wrapping_add(60_000),
+                        *last_fence,
+                    ));
+                }
+                *count = holds.len() as u64;
+            }
+        }
+        // A lease beyond ten years (or just at it).
+        15 => {
+            let extra = [0, 1, 1_000, 86_400_000, i64::MAX / 2][rng.gen_range(0..5)];
+            if let Some(at) = saved_at {
+                if let Some(h) = hold_at(l, i) {
+                    h.deadline = at.saturating_add(MAX_LEFT_MS).saturating_add(extra);
+                }
+            }
+        }
+        16 => {
+            l.layout = layout_of_version(rng, &l.layout, 2);
+            *l = l.clone().with_encver(2);
+        }
+        17 => {
+            l.layout = layout_of_version(rng, &l.layout, 3);
+            *l = l.clone().with_encver(3);
+        }
+        // Shared becomes exclusive (refused with several holds) and back.
+        18 => {
+            if let Layout::V3 { mode, .. } = &mut l.layout {
+                if *mode <= 1 {
+                    *mode = 1 - *mode;
+                }
+            }
+        }
+        // A hold's fence above the key's last fence.
+        19 => {
+            if let Layout::V3 {
+                last_fence, holds, ..
+            } = &mut l.layout
+            {
+                if let Some(h) = holds.get_mut(i) {
+                    h.fence = last_fence.saturating_add(rng.gen_range(1..1_000));
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// (b) A real lock's DUMP, mutated: field edits (values, encoding versions, layouts),
+/// bit flips, byte sets, truncations, insertions, deletions. Returns the body and, for pure
+/// field edits, what the rules say the module does with it. With `v3`, the field edits are
+/// mostly those of version 3's holds.
+fn mutated_body(rng: &mut StdRng, s: &Dump, v3: bool) -> (Vec<u8>, Option<Expect>) {
+    let edits = if v3 { 0.6 } else { 0.4 };
+    if let Some(mut l) = s.lock.clone().filter(|_| rng.gen_bool(edits)) {
+        // A well-formed lock with edited fields: the outcome is known.
+        for _ in 0..rng.gen_range(1..=2) {
+            let kind = if v3 && rng.gen_bool(0.7) {
+                V3_EDITS[rng.gen_range(0..V3_EDITS.len())]
+            } else {
+                rng.gen_range(0..EDITS)
+            };
+            edit(rng, &mut l, kind);
+        }
+        distinct_tokens(&mut l);
+        let body = l.encode_with(|n| some_width(rng, n));
+        return (body, Some(rules(&l, now_ms())));
     }
     let mut b = s.body.clone();
     for _ in 0..rng.gen_range(1..=3) {
@@ -1005,11 +1307,11 @@ fn mutated_body(rng: &mut StdRng, s: &Sample) -> (Vec<u8>, Option<Expect>) {
                 b.drain(i..end);
             }
             5 if b.len() > 11 => {
-                // A length field: the token's, written as some other value.
+                // A length field: the first value's, written as some other value.
                 let v = interesting_u64(rng) % 1024;
-                let (_, n) = dec_len(&b, 11).unwrap_or((0, 1));
+                let (_, n) = dump::dec_len(&b, 11).unwrap_or((0, 1));
                 let w = some_width(rng, v);
-                b.splice(11..(11 + n).min(b.len()), enc_len(v, w));
+                b.splice(11..(11 + n).min(b.len()), dump::enc_len_as(v, w));
             }
             _ => {
                 // Duplicate a slice.
@@ -1022,9 +1324,10 @@ fn mutated_body(rng: &mut StdRng, s: &Sample) -> (Vec<u8>, Option<Expect>) {
     (b, None)
 }
 
-fn samples(c: &mut redis::Connection) -> Vec<Sample> {
-    // Random bytes do not compress, so they are saved as plain strings; the last two are
-    // saved as an integer and LZF-compressed, and are only mutated byte-wise.
+/// Exclusive locks of one hold. Random bytes do not compress, so they are saved as plain
+/// strings; the last two are saved as an integer and LZF-compressed, and are only mutated
+/// byte-wise.
+fn samples(c: &mut redis::Connection) -> Vec<Dump> {
     let mut rng = StdRng::seed_from_u64(7);
     let mut noise = |n: usize| -> Vec<u8> { (0..n).map(|_| rng.gen()).collect() };
     let mut v = Vec::new();
@@ -1038,13 +1341,42 @@ fn samples(c: &mut redis::Connection) -> Vec<Sample> {
         (b"12345".to_vec(), 60_000),
         (vec![b'y'; 200], 60_000),
     ] {
-        v.push(sample(c, &token, ttl));
+        v.push(sample(c, &[&token], ttl, false));
     }
     assert!(v[..6].iter().all(|s| s.lock.is_some()));
     assert!(
         v[6..].iter().all(|s| s.lock.is_none()),
         "integer and LZF tokens"
     );
+    v
+}
+
+/// Shared locks of 1 to 6 holds, of plain tokens of many lengths; the last also has an
+/// integer and an LZF-compressed token, and is only mutated byte-wise.
+fn shared_samples(c: &mut redis::Connection) -> Vec<Dump> {
+    let mut rng = StdRng::seed_from_u64(13);
+    let mut noise = |n: usize| -> Vec<u8> { (0..n).map(|_| rng.gen()).collect() };
+    let sets: Vec<(Vec<Vec<u8>>, u64)> = vec![
+        (vec![b"r1".to_vec()], 60_000),
+        (vec![b"a".to_vec(), b"b".to_vec()], 60_000),
+        (vec![noise(8), noise(40), noise(3)], 60_000),
+        (vec![noise(64), b"x".to_vec(), noise(256)], 60_000),
+        ((0..6).map(|n| noise(1 + n * 9)).collect(), 60_000),
+        // Leases of 1 ms: restored, they are over (or nearly).
+        (vec![b"s".to_vec(), b"t".to_vec(), noise(20)], 1),
+        (
+            vec![b"plain".to_vec(), b"12345".to_vec(), vec![b'y'; 200]],
+            60_000,
+        ),
+    ];
+    let mut v = Vec::new();
+    for (tokens, ttl) in &sets {
+        let tokens: Vec<&[u8]> = tokens.iter().map(|t| &t[..]).collect();
+        v.push(sample(c, &tokens, *ttl, true));
+    }
+    let last = v.len() - 1;
+    assert!(v[..last].iter().all(|s| s.lock.is_some()));
+    assert!(v[last].lock.is_none(), "integer and LZF tokens");
     v
 }
 
@@ -1061,7 +1393,7 @@ fn restore_of_random_bodies_with_a_valid_checksum() {
     f.run(iters, |f, i| {
         let body = random_body(&mut rng, &s[0]);
         let version = if rng.gen_bool(0.95) {
-            s[0].version
+            s[0].rdb_version
         } else {
             rng.gen()
         };
@@ -1071,70 +1403,104 @@ fn restore_of_random_bodies_with_a_valid_checksum() {
     assert!(f.tally.refused > 0);
 }
 
+/// Field edits with a known outcome, by what the rules say.
+#[derive(Debug, Default)]
+struct Known {
+    edits: u64,
+    refused: u64,
+    /// Loadable, by encoding version.
+    loaded: [u64; 4],
+    /// Loadable shared locks of two holds or more.
+    loaded_shared: u64,
+}
+
+impl Known {
+    fn note(&mut self, body: &[u8], expect: &Expect) {
+        self.edits += 1;
+        match expect {
+            Expect::Refused => self.refused += 1,
+            Expect::Loaded(l) => {
+                let v = LockBody::parse(body).map_or(0, |b| b.encver() as usize);
+                self.loaded[v.min(3)] += 1;
+                self.loaded_shared += (l.mode == "shared" && l.holds.len() > 1) as u64;
+            }
+        }
+    }
+}
+
+/// Runs `iters` mutated DUMPs of `samples` against `f`; what the field edits were.
+fn mutation_run(f: &mut Fuzz, samples: &[Dump], seed: u64, iters: u64, v3: bool) -> Known {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut known = Known::default();
+    f.run(iters, |f, i| {
+        let s = &samples[rng.gen_range(0..samples.len())];
+        let (body, expect) = mutated_body(&mut rng, s, v3);
+        let keep_crc = rng.gen_bool(0.03) && body != s.body;
+        let payload = if keep_crc {
+            // The original trailer on a changed body: the checksum must catch it.
+            let mut p = body.clone();
+            p.extend_from_slice(&s.rdb_version);
+            let mut orig = s.body.clone();
+            orig.extend_from_slice(&s.rdb_version);
+            p.extend_from_slice(&crc64(&orig).to_le_bytes());
+            p
+        } else {
+            with_trailer(&body, s.rdb_version)
+        };
+        f.what = format!("mutation #{i} {body:02x?} (expect {expect:?}, stale crc {keep_crc})");
+        let expect = expect.filter(|_| !keep_crc);
+        let ok = f.restore("k", &payload, expect.as_ref());
+        if keep_crc && ok {
+            f.fail("a payload with a wrong checksum was accepted");
+        }
+        if let Some(want) = &expect {
+            known.note(&body, want);
+        }
+    });
+    println!("  field edits with a known outcome: {known:?}");
+    known
+}
+
 #[test]
 fn restore_of_mutated_lock_dumps() {
     let seed = env_u64("FUZZ_SEED", DEFAULT_SEED);
     let iters = env_u64("FUZZ_RESTORES", DEFAULT_RESTORES);
     println!("restore fuzz (mutated DUMPs): FUZZ_SEED={seed} FUZZ_RESTORES={iters}");
-    let mut rng = StdRng::seed_from_u64(seed ^ 0x5a5a);
     let mut f = Fuzz::new();
     let samples = samples(&mut f.con);
-    let mut known = (0u64, 0u64, 0u64);
-    f.run(iters, |f, i| {
-        let s = &samples[rng.gen_range(0..samples.len())];
-        let (body, expect) = mutated_body(&mut rng, s);
-        let keep_crc = rng.gen_bool(0.03) && body != s.body;
-        let payload = if keep_crc {
-            // The original trailer on a changed body: the checksum must catch it.
-            let mut p = body.clone();
-            p.extend_from_slice(&s.version);
-            let mut orig = s.body.clone();
-            orig.extend_from_slice(&s.version);
-            p.extend_from_slice(&crc64(&orig).to_le_bytes());
-            p
-        } else {
-            with_trailer(&body, s.version)
-        };
-        f.what = format!("mutation #{i} {body:02x?} (expect {expect:?}, stale crc {keep_crc})");
-        let expect = expect.filter(|_| !keep_crc);
-        let ok = f.restore("k", &payload, expect);
-        if keep_crc && ok {
-            f.fail("a payload with a wrong checksum was accepted");
-        }
-        if let Some(want) = expect {
-            known.0 += 1;
-            if let Expect::Loaded(lease) = want {
-                known.1 += 1;
-                known.2 += matches!(lease, Lease::Until(_)) as u64;
-            }
-        }
-    });
-    println!(
-        "  field edits with a known outcome: {} ({} loadable, {} of them version 1)",
-        known.0, known.1, known.2
-    );
-    // About 30% of the mutations are field edits; of those, about 40% load.
+    let known = mutation_run(&mut f, &samples, seed ^ 0x5a5a, iters, false);
+    // About 30% of the mutations are field edits; of those, about a third load, of every
+    // version.
+    let loaded: u64 = known.loaded.iter().sum();
     assert!(
-        known.1 > iters / 20 && known.2 > iters / 200 && known.0 - known.1 > iters / 20,
+        loaded > iters / 20
+            && known.loaded[1] > iters / 200
+            && known.loaded[2] > iters / 200
+            && known.loaded[3] > iters / 50
+            && known.refused > iters / 20,
         "too few field edits with a known outcome: {known:?}"
     );
     assert!(f.tally.accepted > 0 && f.tally.refused > 0);
 }
 
-/// A sample lock (version 2) with its fence, deadline and save time set, as a payload.
-fn payload_of(s: &Sample, edit: impl FnOnce(&mut LockBody)) -> Vec<u8> {
-    let mut l = s.lock.clone().unwrap();
-    edit(&mut l);
-    let lens = [
-        l.token.len() as u64,
-        l.deadline,
-        l.fence,
-        l.saved_at.unwrap_or(0),
-    ];
-    for (w, n) in l.widths.iter_mut().zip(lens) {
-        *w = min_width(n);
-    }
-    with_trailer(&l.encode(), s.version)
+/// Mutated DUMPs of shared locks of several holds (version 3): bad modes, counts of 0,
+/// exclusive with 2 holds or more, a hold's fence above the key's last fence, lists of holds
+/// cut short, huge counts, tokens empty or over 256 bytes, leases over ten years, and bytes
+/// flipped, cut, inserted. Every one is refused or restores as a consistent lock with the
+/// holds the rules say, the server stays up, and memory does not grow.
+#[test]
+fn restore_of_mutated_shared_dumps() {
+    let seed = env_u64("FUZZ_SEED", DEFAULT_SEED);
+    let iters = env_u64("FUZZ_RESTORES", DEFAULT_RESTORES);
+    println!("restore fuzz (mutated shared DUMPs): FUZZ_SEED={seed} FUZZ_RESTORES={iters}");
+    let mut f = Fuzz::new();
+    let samples = shared_samples(&mut f.con);
+    let known = mutation_run(&mut f, &samples, seed ^ 0x5ea7, iters, true);
+    assert!(
+        known.loaded_shared > iters / 50 && known.refused > iters / 10,
+        "too few field edits with a known outcome: {known:?}"
+    );
+    assert!(f.tally.accepted > 0 && f.tally.refused > 0 && f.tally.locks_exercised > 0);
 }
 
 /// Fences are accepted from outside from 1 to 2^53-1-2^32: exact as doubles, with room for
@@ -1149,8 +1515,18 @@ fn payload_of(s: &Sample, edit: impl FnOnce(&mut LockBody)) -> Vec<u8> {
 #[test]
 fn restored_fences_at_the_top_of_the_range() {
     let mut f = Fuzz::new();
-    let s = sample(&mut f.con, b"tok", 60_000);
-    let with_fence = |fence: u64| payload_of(&s, |l| l.fence = fence);
+    let s = sample(&mut f.con, &[b"tok"], 60_000, false);
+    let fmt = format_of(&s);
+    let (saved_at, _, _, holds) = s.v3();
+    let hold = holds[0].clone();
+    // The key's last fence and its holder's.
+    let with_fence = |fence: u64| {
+        let h = Hold {
+            fence,
+            ..hold.clone()
+        };
+        fmt.v3(EXCLUSIVE, fence, saved_at, vec![h])
+    };
     let c = &mut f.con;
     let mut last = acquire(c, "fresh", "a", 10_000).unwrap();
     assert_eq!(release(c, "fresh", "a"), 1);
@@ -1207,6 +1583,29 @@ fn restored_fences_at_the_top_of_the_range() {
     f.server.assert_alive();
 }
 
+/// (saved_at, deadline - saved_at, the lease left if it loads) around the edges of what
+/// `RESTORE` accepts, read at Unix ms `now`.
+fn lease_cases(now: i64) -> [(i64, i64, Option<i64>); 13] {
+    let hour = 3_600_000;
+    [
+        (now, 20_000, Some(20_000)),
+        (now - hour, 20_000, Some(20_000)),
+        (now + hour, 20_000, Some(20_000)),
+        (0, 20_000, Some(20_000)),
+        (now - hour, MAX_LEFT_MS, Some(MAX_LEFT_MS)),
+        (now + hour, MAX_LEFT_MS + 1, None),
+        (now, 0, Some(0)),
+        (now + hour, -1, Some(-1)),
+        (now - hour, -20_000, Some(-20_000)),
+        (1, i64::MIN + 1, Some(i64::MIN + 1)),
+        (-1, i64::MAX, None),
+        // deadline - saved_at overflows (deadline wraps to i64::MIN): i64::MIN - 1,
+        // i64::MIN - i64::MAX.
+        (1, i64::MAX, None),
+        (i64::MAX, 1, None),
+    ]
+}
+
 /// Encoding version 2 carries the lease as the time it had left when dumped
 /// (deadline - saved_at), whatever the clock of the server that dumped it said: exactly that,
 /// never more, never less than it less the time the commands took. Up to ten years of it;
@@ -1214,56 +1613,31 @@ fn restored_fences_at_the_top_of_the_range() {
 #[test]
 fn version_2_payloads_restore_with_the_time_they_had_left() {
     let mut f = Fuzz::new();
-    let s = sample(&mut f.con, b"tok", 60_000);
+    let s = sample(&mut f.con, &[b"tok"], 60_000, false);
+    let fmt = format_of(&s);
+    let fence0 = s.v3().2;
     let now = now_ms();
     let hour = 3_600_000;
-    // (saved_at, deadline - saved_at, what the module does)
-    let cases: [(i64, i64, Expect); 13] = [
-        (now, 20_000, Expect::Loaded(Lease::Left(20_000))),
-        (now - hour, 20_000, Expect::Loaded(Lease::Left(20_000))),
-        (now + hour, 20_000, Expect::Loaded(Lease::Left(20_000))),
-        (0, 20_000, Expect::Loaded(Lease::Left(20_000))),
-        (
-            now - hour,
-            MAX_LEFT_MS,
-            Expect::Loaded(Lease::Left(MAX_LEFT_MS)),
-        ),
-        (now + hour, MAX_LEFT_MS + 1, Expect::Refused),
-        (now, 0, Expect::Loaded(Lease::Left(0))),
-        (now + hour, -1, Expect::Loaded(Lease::Left(-1))),
-        (now - hour, -20_000, Expect::Loaded(Lease::Left(-20_000))),
-        (1, i64::MIN + 1, Expect::Loaded(Lease::Left(i64::MIN + 1))),
-        (-1, i64::MAX, Expect::Refused),
-        // deadline - saved_at overflows (deadline wraps to i64::MIN): i64::MIN - 1,
-        // i64::MIN - i64::MAX.
-        (1, i64::MAX, Expect::Refused),
-        (i64::MAX, 1, Expect::Refused),
-    ];
-    for (saved_at, left, expect) in cases {
+    let v2 = |saved_at: i64, deadline: i64| {
+        let hold = Hold::new("tok", deadline, fence0);
+        fmt.body(2, Layout::V2 { hold, saved_at })
+    };
+    for (saved_at, left, loads) in lease_cases(now) {
         // The overflowing ones wrap here, as the module reads them back.
         let deadline = saved_at.wrapping_add(left);
         f.what = format!("saved_at {saved_at}, deadline {deadline} (left {left})");
-        let payload = payload_of(&s, |l| {
-            l.saved_at = Some(saved_at as u64);
-            l.deadline = deadline as u64;
-        });
+        let body = v2(saved_at, deadline);
+        let expect = rules(&body, now);
         assert_eq!(
-            s.lock.clone().map(|mut l| {
-                l.saved_at = Some(saved_at as u64);
-                l.deadline = deadline as u64;
-                l.expect(now)
-            }),
-            Some(expect),
+            expect.leases(),
+            loads.map(|l| vec![Lease::Left(l)]),
             "{}: this file's rules",
             f.what
         );
-        f.restore("k", &payload, Some(expect));
+        f.restore("k", &fmt.payload(&body), Some(&expect));
     }
     // The lease left ends on time, however far the dumping server's clock was.
-    let payload = payload_of(&s, |l| {
-        l.saved_at = Some((now - hour) as u64);
-        l.deadline = (now - hour + 300) as u64;
-    });
+    let payload = fmt.payload(&v2(now - hour, now - hour + 300));
     let t0 = Instant::now();
     assert_eq!(
         cmd!(&mut f.con, "RESTORE", "k", 0, payload.as_slice()),
@@ -1278,33 +1652,171 @@ fn version_2_payloads_restore_with_the_time_they_had_left() {
     );
 }
 
+/// Encoding version 3 carries each hold's lease as the time it had left when dumped, as
+/// version 2 does its one: a shared lock whose first hold has each lease of
+/// [`lease_cases`] and whose other two have 20 s and 40 s left loads with exactly those
+/// (the ones over already gone), or is refused as a whole. Each lease then ends on time.
+#[test]
+fn version_3_payloads_restore_each_hold_with_the_time_it_had_left() {
+    let mut f = Fuzz::new();
+    let s = sample(&mut f.con, &[b"a", b"b", b"c"], 60_000, true);
+    let fmt = format_of(&s);
+    let (_, _, last, holds) = s.v3();
+    let holds = holds.to_vec();
+    let now = now_ms();
+    let hour = 3_600_000;
+    let v3 = |saved_at: i64, lefts: [i64; 3]| {
+        let holds = holds
+            .iter()
+            .zip(lefts)
+            .map(|(h, left)| Hold {
+                deadline: saved_at.wrapping_add(left),
+                ..h.clone()
+            })
+            .collect();
+        fmt.body(3, Layout::v3(SHARED, last, saved_at, holds))
+    };
+    for (saved_at, left, loads) in lease_cases(now) {
+        for lefts in [[left, 20_000, 40_000], [40_000, 20_000, left]] {
+            f.what = format!("saved_at {saved_at}, holds with {lefts:?} left");
+            let body = v3(saved_at, lefts);
+            let expect = rules(&body, now);
+            let want = loads.map(|_| lefts.map(Lease::Left).to_vec());
+            assert_eq!(expect.leases(), want, "{}: this file's rules", f.what);
+            f.restore("k", &fmt.payload(&body), Some(&expect));
+        }
+    }
+    // Each lease left ends on time, however far the dumping server's clock was: one after
+    // 300 ms, one after 600 ms, the last after 900 ms.
+    let at = now_ms() - hour;
+    let payload = fmt.payload(&v3(at, [600, 900, 300]));
+    let t0 = Instant::now();
+    assert_eq!(
+        cmd!(&mut f.con, "RESTORE", "k", 0, payload.as_slice()),
+        Ok(Value::Okay)
+    );
+    let mut ends = Vec::new();
+    for live in [2, 1, 0] {
+        let c = &mut f.con;
+        assert!(wait_until(Duration::from_secs(5), || {
+            dump::holders(c, "k").map_or(0, |h| h.len()) == live
+        }));
+        ends.push(t0.elapsed());
+    }
+    let ms = |n: u64| Duration::from_millis(n);
+    assert!(
+        ends.iter()
+            .zip([300, 600, 900])
+            .all(|(t, at)| *t >= ms(at - 1) && *t < ms(at + 1_000)),
+        "leases of 300, 600 and 900 ms restored from a clock an hour behind ended after \
+         {ends:?}"
+    );
+    assert!(!exists(&mut f.con, "k"));
+}
+
+/// A shared lock of three holds, with different leases and fences (one fenced again after
+/// the others joined), dumped on one server and restored on another: the payload is version
+/// 3 with every hold in grant order, and `LOCK.HOLDERS` on the second server lists the same
+/// tokens, fences and mode, each with the time it had left (never more than 2 ms over, never
+/// less than it less the time the move took); `LOCK.INFO` agrees.
+#[test]
+fn shared_holds_move_to_another_server_with_the_time_each_had_left() {
+    let from = Server::new();
+    let to = Server::new();
+    let (mut a, mut b) = (from.conn(), to.conn());
+    for (token, ttl) in [("r1", 20_000), ("r2", 40_000), ("r3", 30_000)] {
+        let r = cmd!(&mut a, "LOCK.ACQUIRE", "k", token, ttl, "SHARED");
+        assert!(matches!(r, Ok(Value::Int(_))), "{token}: {r:?}");
+    }
+    let refenced = fence(&mut a, "k", "r1").expect("a new fence for r1");
+    let t0 = Instant::now();
+    // Both in one MULTI, so that they describe the same instant.
+    let replies = exec(
+        &mut a,
+        &[args(&["LOCK.HOLDERS", "k"]), args(&["DUMP", "k"])],
+    );
+    let before = dump::parse_holders(&replies[0]).expect("the shared lock");
+    let Value::BulkString(payload) = &replies[1] else {
+        panic!("DUMP: {:?}", replies[1]);
+    };
+    let d = Dump::read(payload);
+    let (saved_at, mode, last, holds) = d.v3();
+    assert_eq!(mode, SHARED, "{d:?}");
+    assert_eq!(last as i64, refenced, "the key's last fence: {d:?}");
+    assert_eq!(
+        holds
+            .iter()
+            .map(|h| (h.token.clone(), h.fence as i64))
+            .collect::<Vec<_>>(),
+        before
+            .iter()
+            .map(|h| (h.token.clone(), h.fence))
+            .collect::<Vec<_>>(),
+        "the payload's holds in grant order"
+    );
+    // DUMP reads the clock when it runs, LOCK.HOLDERS at the start of the MULTI; each rounds
+    // up to the millisecond.
+    let multi_took = t0.elapsed().as_millis() as i64 + 1;
+    for (h, e) in holds.iter().zip(&before) {
+        let left = h.deadline - saved_at;
+        assert!(
+            left >= e.ttl - multi_took && left <= e.ttl + 2,
+            "{h:?} saved {left} ms left, LOCK.HOLDERS said {e:?} ({multi_took} ms)"
+        );
+    }
+    assert_eq!(
+        cmd!(&mut b, "RESTORE", "k", 0, payload.as_slice()),
+        Ok(Value::Okay)
+    );
+    // Both in one MULTI, so that they describe the same instant.
+    let replies = exec(
+        &mut b,
+        &[args(&["LOCK.HOLDERS", "k"]), args(&["LOCK.INFO", "k"])],
+    );
+    let took = t0.elapsed().as_millis() as i64;
+    let after = dump::parse_holders(&replies[0]).expect("the restored lock");
+    let i = parse_info(&replies[1]).expect("the restored lock");
+    assert_eq!(after.len(), 3, "{after:?}");
+    for (e, was) in after.iter().zip(&before) {
+        assert!(
+            e.token == was.token
+                && e.fence == was.fence
+                && e.mode == "shared"
+                && e.ttl <= was.ttl + 2
+                && e.ttl >= was.ttl - took,
+            "moved {was:?} is {e:?} ({took} ms later)"
+        );
+    }
+    assert!(
+        i.mode == "shared"
+            && i.holders == 3
+            && i.fence == refenced
+            && i.ttl == after.iter().map(|e| e.ttl).max().unwrap(),
+        "LOCK.INFO {i:?} of {after:?}"
+    );
+    // The moved holds are the lock's on the second server: a new hold is fenced above them.
+    let r = cmd!(&mut b, "LOCK.ACQUIRE", "k", "r4", 10_000, "SHARED");
+    assert!(
+        matches!(r, Ok(Value::Int(f)) if f > refenced),
+        "a new shared hold after the move: {r:?}"
+    );
+}
+
 /// A version-1 payload (three fields under the type id of encoding version 1, as the module
 /// dumped them before version 2) still restores, its deadline read as absolute Unix ms; and
-/// the lock then dumps as version 2.
+/// the lock then dumps as version 3.
 #[test]
 fn version_1_payloads_still_restore_with_an_absolute_deadline() {
     let mut f = Fuzz::new();
-    let s = sample(&mut f.con, b"tok", 60_000);
+    let s = sample(&mut f.con, &[b"tok"], 60_000, false);
+    let fmt = format_of(&s);
+    let fence0 = s.v3().2;
     let v1 = |deadline: i64, fence: u64| {
-        let l = s.lock.clone().unwrap().into_version(1, None);
-        let mut l = LockBody {
-            deadline: deadline as u64,
-            fence,
-            ..l
-        };
-        l.widths = [
-            min_width(l.token.len() as u64),
-            min_width(l.deadline),
-            min_width(l.fence),
-            Width::Six,
-        ];
-        assert_eq!(l.encver(), 1);
-        let body = l.encode();
-        (with_trailer(&body, s.version), l)
+        let body = fmt.body(1, Layout::V1(Hold::new("tok", deadline, fence)));
+        (fmt.payload(&body), body)
     };
     let now = now_ms();
     let hour = 3_600_000;
-    let fence0 = s.lock.as_ref().unwrap().fence;
     for (deadline, fence) in [
         (now + 20_000, fence0),
         (now + hour, fence0 + 5),
@@ -1316,28 +1828,294 @@ fn version_1_payloads_still_restore_with_an_absolute_deadline() {
         (now + 20_000, MAX_FENCE + 1),
         (now + 20_000, 0),
     ] {
-        let (payload, l) = v1(deadline, fence);
-        let expect = l.expect(now_ms());
+        let (payload, body) = v1(deadline, fence);
+        let expect = rules(&body, now_ms());
         f.what = format!("version 1, deadline {deadline} (now {now}), fence {fence}");
-        f.restore("k", &payload, Some(expect));
+        f.restore("k", &payload, Some(&expect));
     }
-    // A version-1 lock dumps as version 2, with its lease as time left.
+    // A version-1 lock dumps as version 3, with its lease as time left.
     let (payload, _) = v1(now_ms() + 30_000, fence0);
     let c = &mut f.con;
     assert_eq!(
         cmd!(c, "RESTORE", "v1", 0, payload.as_slice()),
         Ok(Value::Okay)
     );
-    let dumped = match cmd!(c, "DUMP", "v1") {
-        Ok(Value::BulkString(b)) => b,
-        other => panic!("DUMP: {other:?}"),
-    };
-    let l = LockBody::parse(&dumped[..dumped.len() - 10]).unwrap();
-    assert_eq!(l.encver(), 2, "{l:?}");
-    let left = l.deadline as i64 - l.saved_at.unwrap() as i64;
+    let d = Dump::read(&dump::dump(c, "v1"));
+    let (saved_at, mode, last, holds) = d.v3();
+    let left = holds[0].deadline - saved_at;
     assert!(
-        (28_000..=30_001).contains(&left),
-        "a version-1 lock with 30 s left dumped with {left} ms left: {l:?}"
+        mode == EXCLUSIVE
+            && last == fence0
+            && holds.len() == 1
+            && holds[0].token == b"tok"
+            && holds[0].fence == fence0
+            && (28_000..=30_001).contains(&left),
+        "a version-1 lock with 30 s left dumped with {left} ms left: {d:?}"
+    );
+}
+
+/// What a fresh key's fence says of the fence issuer after a refusal: the next one above
+/// `last`, at the clock floor (nothing of the refused payload's fences is left in it).
+fn fresh_fence_after(c: &mut redis::Connection, last: i64, what: &str) -> i64 {
+    let n = acquire(c, "fresh", "a", 10_000).unwrap();
+    let floor = |ms: i64| (ms as u64) << 11;
+    assert!(
+        n > last && (n as u64) < floor(now_ms() + 60_000),
+        "after refusing {what}: a fresh key got {n} (before: {last})"
+    );
+    assert_eq!(release(c, "fresh", "a"), 1);
+    n
+}
+
+/// Version-3 payloads that break one rule each, all with valid checksums and otherwise
+/// sane holds whose fences are an hour of floor ahead of the clock: each is refused (an
+/// `ERR`), leaves no key and nothing in the fence issuer, and the server stays up.
+#[test]
+fn version_3_payloads_that_break_a_rule_are_refused() {
+    let mut f = Fuzz::new();
+    let s = sample(&mut f.con, &[b"a", b"b"], 60_000, true);
+    let fmt = format_of(&s);
+    let now = now_ms();
+    let far = ((now + 3_600_000) as u64) << 11;
+    let hold = |t: &str, left: i64, fence: u64| Hold::new(t, now + left, fence);
+    let three = || {
+        vec![
+            hold("a", 20_000, far),
+            hold("b", 40_000, far + 2),
+            hold("c", 30_000, far + 1),
+        ]
+    };
+    let v3 = |mode, last, count, holds| {
+        fmt.body(
+            3,
+            Layout::V3 {
+                saved_at: now,
+                mode,
+                last_fence: last,
+                count,
+                holds,
+            },
+        )
+    };
+    let cases: Vec<(&str, LockBody)> = vec![
+        ("mode 2", v3(2, far + 2, 3, three())),
+        ("mode 2^64-1", v3(u64::MAX, far + 2, 3, three())),
+        ("count 0, no holds", v3(SHARED, far, 0, vec![])),
+        ("count 0, holds after it", v3(SHARED, far + 2, 0, three())),
+        (
+            "exclusive, 2 holds",
+            v3(EXCLUSIVE, far + 2, 2, three()[..2].to_vec()),
+        ),
+        ("exclusive, 3 holds", v3(EXCLUSIVE, far + 2, 3, three())),
+        (
+            "a hold's fence above the last",
+            v3(SHARED, far + 1, 3, three()),
+        ),
+        (
+            "a list cut short",
+            v3(SHARED, far + 2, 3, three()[..2].to_vec()),
+        ),
+        ("a list with no holds", v3(SHARED, far + 2, 3, vec![])),
+        ("count 2^32", v3(SHARED, far + 2, 1 << 32, three())),
+        ("count 2^64-1", v3(SHARED, far + 2, u64::MAX, three())),
+        ("count 2^63", v3(SHARED, far + 2, 1 << 63, three())),
+        ("an empty token", {
+            let mut h = three();
+            h[1].token.clear();
+            v3(SHARED, far + 2, 3, h)
+        }),
+        ("a token of 257 bytes", {
+            let mut h = three();
+            h[2].token = vec![b'z'; MAX_TOKEN + 1];
+            v3(SHARED, far + 2, 3, h)
+        }),
+        ("a token of 4,096 bytes", {
+            let mut h = three();
+            h[0].token = vec![b'z'; 4_096];
+            v3(SHARED, far + 2, 3, h)
+        }),
+        ("a lease of ten years and 1 ms", {
+            let mut h = three();
+            h[1].deadline = now + MAX_LEFT_MS + 1;
+            v3(SHARED, far + 2, 3, h)
+        }),
+        ("a lease of 2^62 ms", {
+            let mut h = three();
+            h[2].deadline = now + (1 << 62);
+            v3(SHARED, far + 2, 3, h)
+        }),
+        ("a lease whose deadline - saved_at overflows", {
+            let mut h = three();
+            h[0].deadline = i64::MIN + 5;
+            v3(SHARED, far + 2, 3, h)
+        }),
+        ("a hold's fence 0", {
+            let mut h = three();
+            h[2].fence = 0;
+            v3(SHARED, far + 2, 3, h)
+        }),
+        (
+            "a last fence above 2^53-1-2^32",
+            v3(SHARED, TOP + 1, 3, three()),
+        ),
+        ("a last fence and a hold's above 2^53-1-2^32", {
+            let mut h = three();
+            h[1].fence = TOP + 1;
+            v3(SHARED, TOP + 1, 3, h)
+        }),
+        ("version 3's values under version 2's id", {
+            v3(SHARED, far + 2, 3, three()).with_encver(2)
+        }),
+        ("version 2's values under version 3's id", {
+            let hold = hold("a", 20_000, far);
+            fmt.body(
+                2,
+                Layout::V2 {
+                    hold,
+                    saved_at: now,
+                },
+            )
+            .with_encver(3)
+        }),
+        ("version 3's values under version 4's id", {
+            v3(SHARED, far + 2, 3, three()).with_encver(4)
+        }),
+    ];
+    let c = &mut f.con;
+    let mut last = acquire(c, "fresh", "a", 10_000).unwrap();
+    assert_eq!(release(c, "fresh", "a"), 1);
+    for (what, body) in &cases {
+        assert_eq!(
+            rules(body, now),
+            Expect::Refused,
+            "{what}: this file's rules"
+        );
+        let c = &mut f.con;
+        let r = cmd!(c, "RESTORE", "k", 0, fmt.payload(body).as_slice());
+        assert!(
+            r.as_ref().is_err_and(|e| e.starts_with("ERR ")),
+            "{what}: RESTORE replied {r:?}"
+        );
+        assert!(!exists(c, "k"), "{what}: a refused RESTORE left the key");
+        last = fresh_fence_after(c, last, what);
+    }
+    // The same holds under a valid header load, as a check of the cases.
+    let c = &mut f.con;
+    let body = v3(SHARED, far + 2, 3, three());
+    assert!(matches!(rules(&body, now), Expect::Loaded(_)));
+    let r = cmd!(c, "RESTORE", "k", 0, fmt.payload(&body).as_slice());
+    assert_eq!(r, Ok(Value::Okay));
+    let got = dump::holders(c, "k").expect("the sane lock");
+    assert_eq!(
+        got.iter().map(|h| h.fence as u64).collect::<Vec<_>>(),
+        [far, far + 2, far + 1]
+    );
+    f.server.assert_alive();
+}
+
+/// Values after a lock's last one (a hold more than version 3's count, a value after
+/// version 2's save time): the module reads the lock it expects, and Redis then refuses the
+/// payload for the value where the EOF opcode should be. That refusal must cost nothing
+/// either (README guarantee 6): no key, and nothing of the payload's fences (an hour of floor
+/// ahead of the clock) left in the fence issuer.
+#[test]
+fn values_after_the_last_one_are_refused_and_leave_no_fence_behind() {
+    let mut f = Fuzz::new();
+    let s = sample(&mut f.con, &[b"a", b"b"], 60_000, true);
+    let fmt = format_of(&s);
+    let now = now_ms();
+    // Each case's fences are its own hours of floor ahead of the clock.
+    let far = |hours: i64| ((now + hours * 3_600_000) as u64) << 11;
+    let holds = vec![
+        Hold::new("a", now + 20_000, far(1)),
+        Hold::new("b", now + 40_000, far(1) + 1),
+    ];
+    let counted_one = fmt.body(
+        3,
+        Layout::V3 {
+            saved_at: now,
+            mode: SHARED,
+            last_fence: far(1) + 1,
+            count: 1,
+            holds,
+        },
+    );
+    // Version 2 with one more unsigned value before the EOF.
+    let hold = Hold::new("a", now + 20_000, far(2));
+    let mut v2 = fmt
+        .body(
+            2,
+            Layout::V2 {
+                hold,
+                saved_at: now,
+            },
+        )
+        .encode();
+    v2.pop();
+    v2.extend([OP_UINT, 5, OP_EOF]);
+    let cases = [
+        (
+            "version 3, a hold more than counted",
+            counted_one.encode(),
+            far(1),
+        ),
+        ("version 2, a value after the save time", v2, far(2)),
+    ];
+    let c = &mut f.con;
+    let mut last = acquire(c, "fresh", "a", 10_000).unwrap();
+    assert_eq!(release(c, "fresh", "a"), 1);
+    let mut lingered = Vec::new();
+    for (what, body, fences) in cases {
+        let r = cmd!(
+            c,
+            "RESTORE",
+            "k",
+            0,
+            with_trailer(&body, fmt.rdb_version).as_slice()
+        );
+        assert!(
+            r.as_ref().is_err_and(|e| e.starts_with("ERR ")),
+            "{what}: RESTORE replied {r:?}"
+        );
+        assert!(!exists(c, "k"), "{what}: a refused RESTORE left the key");
+        let n = acquire(c, "fresh", "a", 10_000).unwrap();
+        assert_eq!(release(c, "fresh", "a"), 1);
+        if !(n > last && (n as u64) < fences) {
+            lingered.push(format!(
+                "{what}: a fresh key then got {n} (before: {last}; the payload's fences from \
+                 {fences})"
+            ));
+        }
+        last = n;
+    }
+    assert!(
+        lingered.is_empty(),
+        "refused payloads left fences behind: {lingered:#?}"
+    );
+}
+
+/// A token holds a key once (`LOCK.ACQUIRE` of a token that holds it renews that hold), so
+/// a version-3 payload with one token in two holds is not a lock the module could have
+/// saved: it is refused, as other impossible values are.
+#[test]
+fn a_token_holds_a_lock_once() {
+    let mut f = Fuzz::new();
+    let s = sample(&mut f.con, &[b"a", b"b"], 60_000, true);
+    let fmt = format_of(&s);
+    let (_, _, last, holds) = s.v3();
+    let now = now_ms();
+    let mut holds = holds.to_vec();
+    holds.push(Hold {
+        deadline: now + 50_000,
+        ..holds[0].clone()
+    });
+    let payload = fmt.v3(SHARED, last, now, holds);
+    let c = &mut f.con;
+    let r = cmd!(c, "RESTORE", "k", 0, payload.as_slice());
+    let got = dump::holders(c, "k");
+    assert!(
+        r.as_ref().is_err_and(|e| e.starts_with("ERR ")),
+        "RESTORE of a lock held twice by token a replied {r:?}; LOCK.HOLDERS: {got:?}"
     );
 }
 

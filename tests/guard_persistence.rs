@@ -195,7 +195,7 @@ fn a_replica_gets_the_inner_commands_only() {
         NEWER,
     );
     assert_eq!(
-        cmd!(&mut mc, "WAIT", 1, 5_000),
+        wait_replicas(&mut mc, 1, 5_000),
         Ok(Value::Int(1)),
         "replica did not ack"
     );

@@ -1,13 +1,28 @@
-//! A reference model of the README's contract, written here independently of `src/lock.rs`, driven side by
-//! side with a real server through thousands of seeded random operations: `LOCK.ACQUIRE`
-//! (with and without `WAIT`), `LOCK.RELEASE`, `LOCK.EXTEND`, `LOCK.FENCE`, `LOCK.INFO`, `DEL`,
-//! waiters that disconnect, time passing (short leases and short waits that run out),
-//! restarts (`appendonly yes`; waiters are connections and are dropped) and `DEBUG RELOAD`
-//! (locks survive; their waiters, like those of a deleted key, are answered null), and the
-//! keyspace operations the server can do around a lock key: `RENAME`/`RENAMENX` between two
-//! keys, `SWAPDB 0 1` twice, `FLUSHDB [ASYNC]`/`FLUSHALL ASYNC`, `COPY … REPLACE`,
-//! `DUMP` + `RESTORE … REPLACE`, an overwrite (`SET` then `DEL`) and `PEXPIREAT k 1`. Every
-//! reply is checked against the model, and so is the final state of every key.
+//! A reference model of the lock's contract (README; shared holds as in issue #13), written
+//! here independently of `src/lock`, driven side by side with a real server through thousands
+//! of seeded random operations: `LOCK.ACQUIRE` exclusive and `SHARED` (with and without
+//! `LIMIT n`, with and without `WAIT`), `LOCK.RELEASE`, `LOCK.EXTEND`, `LOCK.FENCE` of one hold
+//! among several, `LOCK.INFO` (its six fields, in order), `LOCK.HOLDERS` (every hold, in grant
+//! order), `DEL`, waiters that disconnect, time passing (short leases and short waits that run
+//! out), restarts (`appendonly yes`; waiters are connections and are dropped) and `DEBUG
+//! RELOAD` (locks survive; their waiters, like those of a deleted key, are answered null), and
+//! the keyspace operations the server can do around a lock key: `RENAME`/`RENAMENX` between
+//! two keys, `SWAPDB 0 1` twice, `FLUSHDB [ASYNC]`/`FLUSHALL ASYNC`, `COPY … REPLACE`, `DUMP` +
+//! `RESTORE … REPLACE`, an overwrite (`SET` then `DEL`) and `PEXPIREAT k 1`. Every reply is
+//! checked against the model, and so is the final state of every key.
+//!
+//! Shared holds: every holder has its own token, lease and fence. One FIFO queue per key
+//! serves both kinds of request: whenever holds end (release, lease end, a downgrade) or a
+//! waiter leaves the queue (timeout, hang-up), the head is granted if it is compatible, then
+//! the next head, all at that instant (consecutive shared waiters are granted together, each
+//! within its own `LIMIT`; a queued exclusive request holds back every shared request behind
+//! it, and a request without `WAIT` is refused while anybody waits). The same token asking
+//! again for the same kind renews its lease and gets its fence again; an exclusive holder
+//! asking `SHARED` downgrades in place (same fence, lease renewed, compatible waiters at the
+//! head granted at once); a shared holder asking for the lock exclusively is refused with an
+//! error and keeps its hold as it was (the refused request carries a short lease, which the
+//! hold must not take). Every new hold gets a fence above every fence issued for the key;
+//! waiters granted at one instant get theirs in queue order.
 //!
 //! Crashes at full fence rate (`op_crash`): the server takes an RDB snapshot (`SAVE`, with
 //! the AOF turned off at run time first) and the model a copy of itself; then one connection,
@@ -26,7 +41,8 @@
 //! the rewrite after the crash.
 //!
 //! The keyspace contract: a waiter waits for a (db, key name). A lock that moves (`RENAME`)
-//! or is copied (`COPY`, `RESTORE`) arrives with its holder, fence and lease and no waiters;
+//! or is copied (`COPY`, `RESTORE`) arrives with its holds (each its token, kind, fence and
+//! lease, in grant order) and its last fence, and no waiters;
 //! whenever a key's lock goes away or is replaced (deleted, renamed away, overwritten,
 //! swapped out of db 0, flushed, expired), its waiters are answered null at once. Fence
 //! history follows the value: the next fence of a moved or copied lock is above its fence,
@@ -36,6 +52,8 @@
 //! lease or a short `WAIT` puts its key *pending*, no operation touches a pending key, and a
 //! `tick` sleeps until every pending deadline is well past (a generous slack) before the
 //! model applies them. The op sequence is a function of the seed and the model only.
+//!
+//! The model itself (plain state, no server) is `tests/common/model.rs`.
 //!
 //! `MODEL_SEED=<n>` replays a run; `MODEL_OPS=<n>` changes its length.
 
@@ -48,7 +66,10 @@ use std::net::TcpStream;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use common::{info_field, parse_info, run_raw, LockInfo, Opts, Server};
+use common::model::{
+    AcqExpect, MHold, MKey, MLock, MWaiter, Mode, Model, Pending, Span, Want, UPGRADE_ERR,
+};
+use common::{info_field, parse_info, run_raw, Opts, Server};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -70,6 +91,8 @@ const TTL_SLACK_MS: i64 = 30;
 /// (8 ms' worth, 16,384) at the top of the range.
 const BURST_MIN: usize = 4_000;
 const BURST_MAX: usize = 24_000;
+/// The `WAIT` of a waiter that `op_contend` queues first and lets run out.
+const CONTEND_WAIT_MS: u64 = 600;
 /// Connections of a parallel burst.
 const BURST_CONNS: usize = 2;
 /// A crash step comes at least this many steps after the previous one, besides its random
@@ -85,190 +108,6 @@ fn env_u64(name: &str, default: u64) -> u64 {
 
 fn show(b: &[u8]) -> String {
     String::from_utf8_lossy(b).escape_debug().to_string()
-}
-
-// ------------------------------------------------------------------------------- the model
-
-/// Bounds of a lease deadline as the test can know it: set by a command sent at `lo - ttl`
-/// and answered at `hi - ttl`.
-#[derive(Clone, Copy, Debug)]
-struct Span {
-    lo: Instant,
-    hi: Instant,
-}
-
-impl Span {
-    fn after(from: Instant, to: Instant, ms: u64) -> Span {
-        let d = Duration::from_millis(ms);
-        Span {
-            lo: from + d,
-            hi: to + d,
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-struct MLock {
-    holder: Vec<u8>,
-    fence: i64,
-    deadline: Span,
-    /// Waiter ids, first come first served.
-    queue: VecDeque<usize>,
-}
-
-#[derive(Debug, Clone)]
-enum Pending {
-    /// A short lease: it ends at its deadline.
-    LeaseEnd(Span),
-    /// A waiter with a short `WAIT` timeout: it leaves the queue with a null reply.
-    WaitTimeout { waiter: usize, at: Instant },
-}
-
-#[derive(Debug, Default, Clone)]
-struct MKey {
-    /// `None`: the key does not exist. A lock in the model is always held (its lease has not
-    /// ended); a lease end is applied as an event.
-    lock: Option<MLock>,
-    /// The last fence ever issued for this key, also after the key went away.
-    last_fence: Option<i64>,
-    pending: Option<Pending>,
-}
-
-#[derive(Debug)]
-struct MWaiter {
-    key: usize,
-    token: Vec<u8>,
-    ttl: u64,
-}
-
-/// What the README says a `LOCK.ACQUIRE` gets.
-#[derive(Debug, PartialEq)]
-enum AcqExpect {
-    /// The key does not exist: a new fence above every fence the server issued.
-    Fresh,
-    /// Held by the same token: the lease renewed, the same fence.
-    Renew(i64),
-    /// Held by another token: null (without `WAIT`) or queued (with `WAIT`).
-    Busy,
-}
-
-#[derive(Default)]
-struct Model {
-    keys: Vec<MKey>,
-    waiters: Vec<Option<MWaiter>>,
-    /// The highest fence the server issued.
-    max_fence: i64,
-    /// The highest fence acknowledged before the last crash (0 before the first): every fence
-    /// issued after it is above it, whatever the snapshot the server restarted from knew.
-    crash_floor: i64,
-    /// New fences checked against `crash_floor` (those issued after a crash).
-    above_crash_floor: u64,
-}
-
-impl Model {
-    fn new() -> Model {
-        Model {
-            keys: (0..KEYS.len()).map(|_| MKey::default()).collect(),
-            ..Model::default()
-        }
-    }
-
-    fn acquire(&self, k: usize, token: &[u8]) -> AcqExpect {
-        match &self.keys[k].lock {
-            None => AcqExpect::Fresh,
-            Some(l) if l.holder == token => AcqExpect::Renew(l.fence),
-            Some(_) => AcqExpect::Busy,
-        }
-    }
-
-    fn holds(&self, k: usize, token: &[u8]) -> bool {
-        self.keys[k]
-            .lock
-            .as_ref()
-            .is_some_and(|l| l.holder == token)
-    }
-
-    fn queued(&self, k: usize, token: &[u8]) -> bool {
-        self.keys[k].lock.as_ref().is_some_and(|l| {
-            l.queue
-                .iter()
-                .any(|&w| self.waiters[w].as_ref().unwrap().token == token)
-        })
-    }
-
-    fn waiter_count(&self) -> usize {
-        self.waiters.iter().flatten().count()
-    }
-
-    fn key_count(&self) -> usize {
-        self.keys.iter().filter(|k| k.lock.is_some()).count()
-    }
-
-    /// A new fence `f` for key `k`: checks it against the model and records it.
-    /// `fresh`: the key did not exist, so `f` must be above every fence the server issued.
-    fn new_fence(&mut self, k: usize, f: i64, fresh: bool) -> Result<(), String> {
-        if f <= 0 {
-            return Err(format!("fence {f} is not positive"));
-        }
-        if let Some(last) = self.keys[k].last_fence {
-            if f <= last {
-                return Err(format!(
-                    "new fence {f} not above the key's last fence {last}"
-                ));
-            }
-        }
-        if fresh && f <= self.max_fence {
-            return Err(format!(
-                "fresh key's fence {f} not above the server's highest fence {}",
-                self.max_fence
-            ));
-        }
-        if self.crash_floor > 0 {
-            if f <= self.crash_floor {
-                return Err(format!(
-                    "fence {f} not above {}, the highest fence acknowledged before the crash \
-                     (the server restarted from a snapshot taken before it)",
-                    self.crash_floor
-                ));
-            }
-            self.above_crash_floor += 1;
-        }
-        self.keys[k].last_fence = Some(f);
-        self.max_fence = self.max_fence.max(f);
-        Ok(())
-    }
-
-    /// The holder of `k` left (release, lease end): the head waiter holds it now (its id is
-    /// returned; the caller reads its fence), or the key is removed.
-    fn vacate(&mut self, k: usize) -> Option<usize> {
-        let lock = self.keys[k].lock.as_mut().unwrap();
-        match lock.queue.pop_front() {
-            Some(w) => {
-                lock.holder = self.waiters[w].as_ref().unwrap().token.clone();
-                Some(w)
-            }
-            None => {
-                self.keys[k].lock = None;
-                None
-            }
-        }
-    }
-
-    fn remove_waiter(&mut self, w: usize) -> MWaiter {
-        let mw = self.waiters[w].take().unwrap();
-        if let Some(l) = self.keys[mw.key].lock.as_mut() {
-            l.queue.retain(|&x| x != w);
-        }
-        mw
-    }
-
-    /// What `LOCK.INFO` must show: holder, fence, waiters.
-    fn info(&self, k: usize) -> Option<(Vec<u8>, i64, usize, Span)> {
-        self.keys[k]
-            .lock
-            .as_ref()
-            .map(|l| (l.holder.clone(), l.fence, l.queue.len(), l.deadline))
-    }
 }
 
 // ------------------------------------------------------------------- raw waiter connections
@@ -512,6 +351,37 @@ struct Counts {
     /// it, by any op (later bursts included).
     above_crash_floor: u64,
     crash_ms: u64,
+    // Shared holds.
+    /// Requests asking `SHARED`, and of those with `LIMIT n`.
+    shared_requests: u64,
+    limit_requests: u64,
+    /// Shared holds taken next to other shared holds at once (`AcqExpect::Join`).
+    joins: u64,
+    /// Renewals by a holder asking for the kind it holds (with a `LIMIT` already reached).
+    renewals: u64,
+    renewals_over_limit: u64,
+    /// Exclusive holders asking `SHARED`, and waiters those downgrades granted.
+    downgrades: u64,
+    downgrade_grants: u64,
+    /// Shared holders asking for the lock exclusively: refused, the hold kept.
+    upgrades_refused: u64,
+    /// Shared requests refused (or queued) only because of their `LIMIT`.
+    limit_refused: u64,
+    /// Shared requests the holds had room for, refused (or queued) because somebody waits
+    /// (an exclusive request first in the queue, or a shared one at its own limit).
+    held_back: u64,
+    /// Instants at which two or more waiters were granted together.
+    group_grants: u64,
+    /// Waiters granted because a waiter before them left the queue (timeout, hang-up).
+    withdraw_grants: u64,
+    /// Lease ends of a shared hold while other holds remained.
+    shared_lease_ends: u64,
+    /// Queues of mixed kinds built by `op_contend`.
+    contends: u64,
+    /// The most holds seen on one key.
+    max_holders: u64,
+    /// `LOCK.HOLDERS` replies checked (ops and key checks).
+    holders_checked: u64,
 }
 
 struct Driver {
@@ -582,11 +452,26 @@ impl Driver {
             .collect()
     }
 
+    /// A token for an op on `k`: half the time one of its holders (if any), else any token.
     fn pick_token(&mut self, k: usize) -> Vec<u8> {
-        let holder = self.model.keys[k].lock.as_ref().map(|l| l.holder.clone());
-        match holder {
-            Some(h) if self.rng.gen_bool(0.5) => h,
-            _ => TOKENS[self.rng.gen_range(0..TOKENS.len())].to_vec(),
+        let holders: Vec<Vec<u8>> = self.model.keys[k]
+            .lock
+            .as_ref()
+            .map(|l| l.holds.iter().map(|h| h.token.clone()).collect())
+            .unwrap_or_default();
+        if !holders.is_empty() && self.rng.gen_bool(0.5) {
+            return holders[self.rng.gen_range(0..holders.len())].clone();
+        }
+        TOKENS[self.rng.gen_range(0..TOKENS.len())].to_vec()
+    }
+
+    /// The kind of a request: half exclusive, else shared, with a `LIMIT` of 1 to 4 half
+    /// the time.
+    fn pick_want(&mut self) -> Want {
+        match self.rng.gen_range(0..4) {
+            0 | 1 => Want::Exclusive,
+            2 => Want::Shared(None),
+            _ => Want::Shared(Some(self.rng.gen_range(1..=4))),
         }
     }
 
@@ -594,59 +479,183 @@ impl Driver {
         self.rng.gen_range(100..=200)
     }
 
-    // ------------------------------------------------------------------------ operations
+    /// `LOCK.ACQUIRE key token ttl` with `want`'s options and `extra` (`WAIT t`), the option
+    /// groups in random order.
+    fn acquire_args(
+        &mut self,
+        k: usize,
+        token: &[u8],
+        ttl: u64,
+        want: Want,
+        extra: Option<Vec<Vec<u8>>>,
+    ) -> Vec<Vec<u8>> {
+        let mut groups = want.options();
+        groups.extend(extra);
+        groups.shuffle(&mut self.rng);
+        let mut args = vec![
+            b"LOCK.ACQUIRE".to_vec(),
+            KEYS[k].as_bytes().to_vec(),
+            token.to_vec(),
+            ttl.to_string().into_bytes(),
+        ];
+        args.extend(groups.into_iter().flatten());
+        args
+    }
 
-    fn op_acquire(&mut self, k: usize, token: Vec<u8>, short: bool) {
-        self.counts.acquire += 1;
-        let ttl = if short { self.short_ttl() } else { LONG_TTL };
-        let expect = self.model.acquire(k, &token);
-        let (v, sent, recv) = self.call(&[
-            b"LOCK.ACQUIRE",
-            KEYS[k].as_bytes(),
-            &token,
-            ttl.to_string().as_bytes(),
-        ]);
-        let got = self.int_or_null("LOCK.ACQUIRE", &v);
-        self.note(format!(
-            "ACQUIRE {} {} {ttl} -> {got:?} (model {expect:?})",
-            KEYS[k],
-            show(&token)
-        ));
-        let deadline = Span::after(sent, recv, ttl);
-        match (expect, got) {
-            (AcqExpect::Fresh, Some(f)) => {
-                if let Err(e) = self.model.new_fence(k, f, true) {
-                    self.fail(&e);
-                }
-                self.model.keys[k].lock = Some(MLock {
-                    holder: token,
-                    fence: f,
-                    deadline,
-                    queue: VecDeque::new(),
-                });
+    /// Counts what the model expects of a request.
+    fn count_request(&mut self, k: usize, want: Want, expect: AcqExpect) {
+        if let Want::Shared(limit) = want {
+            self.counts.shared_requests += 1;
+            if limit.is_some() {
+                self.counts.limit_requests += 1;
             }
-            (AcqExpect::Renew(f0), Some(f)) => {
+        }
+        let l = self.model.keys[k].lock.as_ref();
+        match expect {
+            AcqExpect::Join => self.counts.joins += 1,
+            AcqExpect::Renew(_) => {
+                self.counts.renewals += 1;
+                if let (Want::Shared(Some(n)), Some(l)) = (want, l) {
+                    if l.holds.len() >= n as usize {
+                        self.counts.renewals_over_limit += 1;
+                    }
+                }
+            }
+            AcqExpect::Downgrade(_) => self.counts.downgrades += 1,
+            AcqExpect::Upgrade => self.counts.upgrades_refused += 1,
+            AcqExpect::Busy => {
+                if let (Want::Shared(_), Some(l)) = (want, l) {
+                    if l.admits(want) {
+                        // Room for it, but somebody waits (a request without `WAIT` does
+                        // not pass the queue; one with `WAIT` queues behind it).
+                        self.counts.held_back += 1;
+                    } else if !l.exclusive() && l.queue.is_empty() {
+                        self.counts.limit_refused += 1;
+                    }
+                }
+            }
+            AcqExpect::Fresh => {}
+        }
+    }
+
+    /// Applies the reply to a request the model answers at once (anything but `Busy`):
+    /// `got` is the fence, or the error text. `sent`/`recv` bound when the server acted.
+    #[allow(clippy::too_many_arguments)]
+    fn apply_answer(
+        &mut self,
+        k: usize,
+        token: Vec<u8>,
+        want: Want,
+        ttl: u64,
+        expect: AcqExpect,
+        got: Result<Option<i64>, String>,
+        sent: Instant,
+        recv: Instant,
+        what: &str,
+    ) {
+        let deadline = Span::after(sent, recv, ttl);
+        let hold = |fence| MHold {
+            token: token.clone(),
+            mode: want.mode(),
+            fence,
+            deadline,
+        };
+        match (expect, got) {
+            (AcqExpect::Fresh, Ok(Some(f))) => {
+                if let Err(e) = self.model.new_fence(k, f, true) {
+                    self.fail(&format!("{what}: {e}"));
+                }
+                self.model.keys[k].lock = Some(MLock::new(hold(f)));
+            }
+            (AcqExpect::Join, Ok(Some(f))) => {
+                if let Err(e) = self.model.new_fence(k, f, false) {
+                    self.fail(&format!("{what}: {e}"));
+                }
+                self.model.keys[k]
+                    .lock
+                    .as_mut()
+                    .unwrap()
+                    .holds
+                    .push(hold(f));
+            }
+            (AcqExpect::Renew(f0), Ok(Some(f))) => {
                 ensure!(
                     self,
                     f == f0,
-                    "renewal returned fence {f}, expected the same {f0}"
+                    "{what}: renewal returned fence {f}, expected the same {f0}"
                 );
-                self.model.keys[k].lock.as_mut().unwrap().deadline = deadline;
+                let l = self.model.keys[k].lock.as_mut().unwrap();
+                l.hold_mut(&token).deadline = deadline;
             }
-            (AcqExpect::Busy, None) => return,
-            (e, g) => self.fail(&format!("LOCK.ACQUIRE: model {e:?}, server {g:?}")),
+            (AcqExpect::Downgrade(f0), Ok(Some(f))) => {
+                ensure!(
+                    self,
+                    f == f0,
+                    "{what}: downgrade returned fence {f}, expected the same {f0}"
+                );
+                let l = self.model.keys[k].lock.as_mut().unwrap();
+                let h = l.hold_mut(&token);
+                h.mode = Mode::Shared;
+                h.deadline = deadline;
+                let granted = self.model.serve(k, sent);
+                self.counts.downgrade_grants += granted.len() as u64;
+                self.read_grants(k, granted, sent, "the downgrade");
+            }
+            (AcqExpect::Upgrade, Err(e)) => {
+                ensure!(
+                    self,
+                    e == UPGRADE_ERR,
+                    "{what}: refused upgrade replied {e:?}, expected {UPGRADE_ERR:?}"
+                );
+                // The hold is unchanged: its lease, fence and kind (checked at once).
+                self.check_key(k);
+                return;
+            }
+            (e, g) => self.fail(&format!("{what}: model {e:?}, server {g:?}")),
         }
-        if short {
+        let n = self.model.keys[k].lock.as_ref().unwrap().holds.len() as u64;
+        self.counts.max_holders = self.counts.max_holders.max(n);
+    }
+
+    // ------------------------------------------------------------------------ operations
+
+    fn op_acquire(&mut self, k: usize, token: Vec<u8>, want: Want, short: bool) {
+        self.counts.acquire += 1;
+        let expect = self.model.acquire(k, &token, want);
+        // A refused upgrade carries a short lease: the hold must not take it.
+        let short = short || expect == AcqExpect::Upgrade;
+        let ttl = if short { self.short_ttl() } else { LONG_TTL };
+        self.count_request(k, want, expect);
+        let args = self.acquire_args(k, &token, ttl, want, None);
+        let sent = Instant::now();
+        let r = run_raw(&mut self.con, &args);
+        let recv = Instant::now();
+        let what = format!(
+            "ACQUIRE {} {} {ttl} {want} (model {expect:?})",
+            KEYS[k],
+            show(&token)
+        );
+        self.note(format!("{what} -> {r:?}"));
+        let got = match r {
+            Ok(v) => Ok(self.int_or_null("LOCK.ACQUIRE", &v)),
+            Err(e) => Err(e),
+        };
+        if expect == AcqExpect::Busy {
+            ensure!(self, got == Ok(None), "{what}: server {got:?}, model null");
+            return;
+        }
+        self.apply_answer(k, token.clone(), want, ttl, expect, got, sent, recv, &what);
+        if short && expect != AcqExpect::Upgrade {
             self.counts.short_leases += 1;
-            self.model.keys[k].pending = Some(Pending::LeaseEnd(deadline));
+            let span = Span::after(sent, recv, ttl);
+            self.model.keys[k].pending = Some(Pending::LeaseEnd { token, span });
         }
     }
 
     /// `LOCK.ACQUIRE … WAIT` on a connection of its own. `short_wait`: a timeout of 100–250
     /// ms that will run out (the key is pending until then); otherwise `WAIT 0` or a
     /// timeout far beyond the run.
-    fn op_acquire_wait(&mut self, k: usize, token: Vec<u8>, short_wait: bool) {
-        self.counts.acquire_wait += 1;
+    fn op_acquire_wait(&mut self, k: usize, token: Vec<u8>, want: Want, short_wait: bool) {
         let timeout: u64 = if short_wait {
             self.rng.gen_range(100..=250)
         } else if self.rng.gen_bool(0.5) {
@@ -654,19 +663,24 @@ impl Driver {
         } else {
             LONG_TTL
         };
-        let expect = self.model.acquire(k, &token);
+        self.op_acquire_wait_for(k, token, want, timeout)
+    }
+
+    /// `op_acquire_wait` with `WAIT timeout`: one that is neither 0 nor `LONG_TTL` runs out
+    /// during the run (the key is pending until then).
+    fn op_acquire_wait_for(&mut self, k: usize, token: Vec<u8>, want: Want, timeout: u64) {
+        self.counts.acquire_wait += 1;
+        let short_wait = timeout != 0 && timeout != LONG_TTL;
+        let expect = self.model.acquire(k, &token, want);
+        self.count_request(k, want, expect);
+        let wait = vec![b"WAIT".to_vec(), timeout.to_string().into_bytes()];
+        let args = self.acquire_args(k, &token, LONG_TTL, want, Some(wait));
+        let args: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
         let mut sock = Sock::connect(self.server.port);
         let sent = Instant::now();
-        sock.send(&[
-            b"LOCK.ACQUIRE",
-            KEYS[k].as_bytes(),
-            &token,
-            LONG_TTL.to_string().as_bytes(),
-            b"WAIT",
-            timeout.to_string().as_bytes(),
-        ]);
+        sock.send(&args);
         let what = format!(
-            "ACQUIRE {} {} {LONG_TTL} WAIT {timeout} (model {expect:?})",
+            "ACQUIRE {} {} {LONG_TTL} {want} WAIT {timeout} (model {expect:?})",
             KEYS[k],
             show(&token)
         );
@@ -674,25 +688,13 @@ impl Driver {
             let r = sock.reply(Duration::from_secs(10));
             let recv = Instant::now();
             self.note(format!("{what} -> {r:?}"));
-            let deadline = Span::after(sent, recv, LONG_TTL);
-            match (expect, r) {
-                (AcqExpect::Fresh, Some(Reply::Int(f))) => {
-                    if let Err(e) = self.model.new_fence(k, f, true) {
-                        self.fail(&e);
-                    }
-                    self.model.keys[k].lock = Some(MLock {
-                        holder: token,
-                        fence: f,
-                        deadline,
-                        queue: VecDeque::new(),
-                    });
-                }
-                (AcqExpect::Renew(f0), Some(Reply::Int(f))) => {
-                    ensure!(self, f == f0, "renewal with WAIT: fence {f}, expected {f0}");
-                    self.model.keys[k].lock.as_mut().unwrap().deadline = deadline;
-                }
-                (e, r) => self.fail(&format!("{what}: model {e:?}, server {r:?}")),
-            }
+            let got = match r {
+                Some(Reply::Int(f)) => Ok(Some(f)),
+                Some(Reply::Null) => Ok(None),
+                Some(Reply::Error(e)) => Err(e),
+                other => self.fail(&format!("{what}: server {other:?}")),
+            };
+            self.apply_answer(k, token, want, LONG_TTL, expect, got, sent, recv, &what);
             return;
         }
         // Queued: the server must count one more waiter (without a timeout race: a short
@@ -702,6 +704,7 @@ impl Driver {
         self.model.waiters.push(Some(MWaiter {
             key: k,
             token: token.clone(),
+            want,
             ttl: LONG_TTL,
         }));
         self.model.keys[k]
@@ -716,7 +719,7 @@ impl Driver {
             self.counts.short_waits += 1;
             self.model.keys[k].pending = Some(Pending::WaitTimeout {
                 waiter: id,
-                at: Instant::now() + Duration::from_millis(timeout),
+                at: sent + Duration::from_millis(timeout),
             });
         } else {
             let want = self.model.keys[k].lock.as_ref().unwrap().queue.len() as i64;
@@ -746,32 +749,48 @@ impl Driver {
         }
     }
 
-    /// Reads the grant the model made to waiter `w` of key `k` (triggered at `from`):
-    /// a new fence, which becomes the key's.
-    fn read_grant(&mut self, k: usize, w: usize, from: Instant) {
-        self.counts.grants += 1;
-        let r = self.socks[w]
-            .as_mut()
-            .unwrap()
-            .reply(Duration::from_secs(10));
-        let recv = Instant::now();
-        let mw = self.model.waiters[w].take().unwrap();
-        self.socks[w] = None;
-        self.note(format!(
-            "  waiter w{w} ({}) granted {} -> {r:?}",
-            show(&mw.token),
-            KEYS[k]
-        ));
-        let Some(Reply::Int(f)) = r else {
-            self.fail(&format!("waiter w{w} should be granted {}: {r:?}", KEYS[k]));
-        };
-        if let Err(e) = self.model.new_fence(k, f, false) {
-            self.fail(&format!("grant to w{w}: {e}"));
+    /// Reads the grants the model made to `granted` (waiters of `k`, in queue order,
+    /// triggered at `from` by `why`): each a new fence, above the one before.
+    fn read_grants(&mut self, k: usize, granted: Vec<usize>, from: Instant, why: &str) {
+        if granted.len() > 1 {
+            self.counts.group_grants += 1;
         }
-        let l = self.model.keys[k].lock.as_mut().unwrap();
-        debug_assert_eq!(l.holder, mw.token);
-        l.fence = f;
-        l.deadline = Span::after(from, recv, mw.ttl);
+        for w in granted {
+            self.counts.grants += 1;
+            let r = self.socks[w]
+                .as_mut()
+                .unwrap()
+                .reply(Duration::from_secs(10));
+            let recv = Instant::now();
+            let mw = self.model.waiters[w].take().unwrap();
+            self.socks[w] = None;
+            self.note(format!(
+                "  waiter w{w} ({} {}) granted {} after {why} -> {r:?}",
+                show(&mw.token),
+                mw.want,
+                KEYS[k]
+            ));
+            let Some(Reply::Int(f)) = r else {
+                self.fail(&format!(
+                    "waiter w{w} should be granted {} after {why}: {r:?}",
+                    KEYS[k]
+                ));
+            };
+            if let Err(e) = self.model.new_fence(k, f, false) {
+                self.fail(&format!("grant to w{w} after {why}: {e}"));
+            }
+            let h = self.model.keys[k]
+                .lock
+                .as_mut()
+                .unwrap()
+                .hold_mut(&mw.token);
+            h.fence = f;
+            h.deadline = Span::after(from, recv, mw.ttl);
+        }
+        if let Some(l) = self.model.keys[k].lock.as_ref() {
+            let n = l.holds.len() as u64;
+            self.counts.max_holders = self.counts.max_holders.max(n);
+        }
     }
 
     fn op_release(&mut self, k: usize, token: Vec<u8>) {
@@ -791,9 +810,8 @@ impl Driver {
             holds as i64
         );
         if holds {
-            if let Some(w) = self.model.vacate(k) {
-                self.read_grant(k, w, sent);
-            }
+            let granted = self.model.end_hold(k, &token, sent);
+            self.read_grants(k, granted, sent, "the release");
         }
     }
 
@@ -820,11 +838,12 @@ impl Driver {
             holds as i64
         );
         if holds {
-            let deadline = Span::after(sent, recv, ttl);
-            self.model.keys[k].lock.as_mut().unwrap().deadline = deadline;
+            let span = Span::after(sent, recv, ttl);
+            let l = self.model.keys[k].lock.as_mut().unwrap();
+            l.hold_mut(&token).deadline = span;
             if short {
                 self.counts.short_leases += 1;
-                self.model.keys[k].pending = Some(Pending::LeaseEnd(deadline));
+                self.model.keys[k].pending = Some(Pending::LeaseEnd { token, span });
             }
         }
     }
@@ -845,7 +864,8 @@ impl Driver {
                 if let Err(e) = self.model.new_fence(k, f, false) {
                     self.fail(&format!("LOCK.FENCE: {e}"));
                 }
-                self.model.keys[k].lock.as_mut().unwrap().fence = f;
+                let l = self.model.keys[k].lock.as_mut().unwrap();
+                l.hold_mut(&token).fence = f;
             }
             (false, None) => {}
             (h, g) => self.fail(&format!("LOCK.FENCE: model holds={h}, server {g:?}")),
@@ -855,35 +875,71 @@ impl Driver {
     fn op_info(&mut self, k: usize) {
         self.counts.info += 1;
         let (v, sent, recv) = self.call(&[b"LOCK.INFO", KEYS[k].as_bytes()]);
-        let got = parse_info(&v);
-        self.note(format!("INFO {} -> {got:?}", KEYS[k]));
-        self.check_info(k, got, sent, recv);
+        self.note(format!("INFO {} -> {:?}", KEYS[k], parse_info(&v)));
+        self.check_info(k, &v, sent, recv);
     }
 
-    fn check_info(&self, k: usize, got: Option<LockInfo>, sent: Instant, recv: Instant) {
+    fn op_holders(&mut self, k: usize) {
+        let (v, sent, recv) = self.call(&[b"LOCK.HOLDERS", KEYS[k].as_bytes()]);
+        self.note(format!("HOLDERS {} -> {v:?}", KEYS[k]));
+        self.check_holders(k, &v, sent, recv);
+    }
+
+    /// The bounds of a ttl the server read at some instant in [`sent`, `recv`] of a lease
+    /// that ends in `span`.
+    fn ttl_bounds(span: Span, sent: Instant, recv: Instant) -> (i64, i64) {
+        let ms = |later: Instant, earlier: Instant| -> i64 {
+            if later >= earlier {
+                later.duration_since(earlier).as_millis() as i64
+            } else {
+                -(earlier.duration_since(later).as_millis() as i64)
+            }
+        };
+        (
+            ms(span.lo, recv) - TTL_SLACK_MS,
+            ms(span.hi, sent) + TTL_SLACK_MS,
+        )
+    }
+
+    /// A `LOCK.INFO` reply against the model: the six fields in order (holder, fence, ttl,
+    /// waiters, mode, holders), each the model's.
+    fn check_info(&self, k: usize, v: &Value, sent: Instant, recv: Instant) {
+        if let Value::Array(items) = v {
+            let names: Vec<Vec<u8>> = items
+                .iter()
+                .step_by(2)
+                .map(|n| match n {
+                    Value::BulkString(b) => b.clone(),
+                    Value::SimpleString(s) => s.clone().into_bytes(),
+                    other => format!("{other:?}").into_bytes(),
+                })
+                .collect();
+            let want: [&[u8]; 6] = [b"holder", b"fence", b"ttl", b"waiters", b"mode", b"holders"];
+            ensure!(
+                self,
+                names.iter().map(|n| &n[..]).eq(want.iter().copied()),
+                "LOCK.INFO {}: fields {:?}, expected holder, fence, ttl, waiters, mode, holders",
+                KEYS[k],
+                names.iter().map(|n| show(n)).collect::<Vec<_>>()
+            );
+        }
+        let got = parse_info(v);
         let want = self.model.info(k);
         match (&want, &got) {
             (None, None) => {}
-            (Some((holder, fence, waiters, span)), Some(i)) => {
+            (Some(m), Some(i)) => {
                 ensure!(
                     self,
-                    i.holder.as_deref() == Some(&holder[..])
-                        && i.fence == *fence
-                        && i.waiters == *waiters as i64,
-                    "LOCK.INFO {}: server {i:?}, model holder {} fence {fence} waiters {waiters}",
+                    i.holder == m.holder
+                        && i.fence == m.fence
+                        && i.waiters == m.waiters as i64
+                        && i.mode == m.mode
+                        && i.holders == m.holders as i64,
+                    "LOCK.INFO {}: server {i:?}, model {m:?} (holder {:?})",
                     KEYS[k],
-                    show(holder)
+                    m.holder.as_deref().map(show)
                 );
-                // The server read its clock at some instant in [sent, recv].
-                let ms = |later: Instant, earlier: Instant| -> i64 {
-                    if later >= earlier {
-                        later.duration_since(earlier).as_millis() as i64
-                    } else {
-                        -(earlier.duration_since(later).as_millis() as i64)
-                    }
-                };
-                let min = ms(span.lo, recv) - TTL_SLACK_MS;
-                let max = ms(span.hi, sent) + TTL_SLACK_MS;
+                let (min, max) = Self::ttl_bounds(m.ttl, sent, recv);
                 ensure!(
                     self,
                     i.ttl >= min && i.ttl <= max,
@@ -896,6 +952,58 @@ impl Driver {
                 "LOCK.INFO {}: server {got:?}, model {want:?}",
                 KEYS[k]
             )),
+        }
+    }
+
+    /// A `LOCK.HOLDERS` reply against the model: null for a missing key, else one
+    /// `[token, fence, ttl, mode]` per hold, in grant order, each the model's.
+    fn check_holders(&mut self, k: usize, v: &Value, sent: Instant, recv: Instant) {
+        self.counts.holders_checked += 1;
+        let lock = self.model.keys[k].lock.as_ref();
+        let Some(l) = lock else {
+            ensure!(
+                self,
+                *v == Value::Nil,
+                "LOCK.HOLDERS {}: server {v:?}, model: no such key",
+                KEYS[k]
+            );
+            return;
+        };
+        let items = match v {
+            Value::Array(items) if items.len() == l.holds.len() => items,
+            _ => self.fail(&format!(
+                "LOCK.HOLDERS {}: server {v:?}, model {} holds {:?}",
+                KEYS[k],
+                l.holds.len(),
+                l.holds
+                    .iter()
+                    .map(|h| (show(&h.token), h.fence, h.mode))
+                    .collect::<Vec<_>>()
+            )),
+        };
+        for (i, (h, item)) in l.holds.iter().zip(items).enumerate() {
+            let ok = match item {
+                Value::Array(e) if e.len() == 4 => {
+                    let (min, max) = Self::ttl_bounds(h.deadline, sent, recv);
+                    e[0] == Value::BulkString(h.token.clone())
+                        && e[1] == Value::Int(h.fence)
+                        && matches!(e[2], Value::Int(t) if t >= min && t <= max)
+                        && (e[3] == Value::BulkString(h.mode.name().as_bytes().to_vec())
+                            || e[3] == Value::SimpleString(h.mode.name().into()))
+                }
+                _ => false,
+            };
+            ensure!(
+                self,
+                ok,
+                "LOCK.HOLDERS {} entry {i}: server {item:?}, model token {} fence {} mode {} \
+                 ttl within {:?} (all: {v:?})",
+                KEYS[k],
+                show(&h.token),
+                h.fence,
+                h.mode.name(),
+                Self::ttl_bounds(h.deadline, sent, recv)
+            );
         }
     }
 
@@ -956,17 +1064,21 @@ impl Driver {
         n
     }
 
-    /// A waiter hangs up: it leaves the queue.
+    /// A waiter hangs up: it leaves the queue, and whoever it held back may be granted.
     fn op_disconnect(&mut self, w: usize) {
         self.counts.disconnect += 1;
-        let mw = self.model.remove_waiter(w);
+        let at = Instant::now();
+        self.socks[w] = None;
+        let (mw, granted) = self.model.withdraw(w, at);
         let k = mw.key;
         self.note(format!(
-            "waiter w{w} ({} on {}) disconnects",
+            "waiter w{w} ({} {} on {}) disconnects",
             show(&mw.token),
+            mw.want,
             KEYS[k]
         ));
-        self.socks[w] = None;
+        self.counts.withdraw_grants += granted.len() as u64;
+        self.read_grants(k, granted, at, &format!("w{w} hung up"));
         let want = self.model.keys[k].lock.as_ref().unwrap().queue.len() as i64;
         self.await_waiters(k, want, &format!("waiter w{w} leaving"));
     }
@@ -979,7 +1091,7 @@ impl Driver {
             .keys
             .iter()
             .filter_map(|mk| match &mk.pending {
-                Some(Pending::LeaseEnd(s)) => Some(s.hi),
+                Some(Pending::LeaseEnd { span, .. }) => Some(span.hi),
                 Some(Pending::WaitTimeout { at, .. }) => Some(*at),
                 None => None,
             })
@@ -994,14 +1106,20 @@ impl Driver {
         for (k, key) in KEYS.iter().enumerate() {
             match self.model.keys[k].pending.take() {
                 None => {}
-                Some(Pending::LeaseEnd(span)) => {
+                Some(Pending::LeaseEnd { token, span }) => {
                     self.counts.lease_ends += 1;
-                    self.note(format!("  lease of {key} ends"));
-                    if let Some(w) = self.model.vacate(k) {
-                        self.read_grant(k, w, span.lo);
+                    self.note(format!("  lease of {} on {key} ends", show(&token)));
+                    let granted = self.model.end_hold(k, &token, span.lo);
+                    let left = self.model.keys[k]
+                        .lock
+                        .as_ref()
+                        .map_or(0, |l| l.holds.len() - granted.len());
+                    if left > 0 {
+                        self.counts.shared_lease_ends += 1;
                     }
+                    self.read_grants(k, granted, span.lo, "the lease end");
                 }
-                Some(Pending::WaitTimeout { waiter, .. }) => {
+                Some(Pending::WaitTimeout { waiter, at }) => {
                     self.counts.wait_timeouts += 1;
                     let r = self.socks[waiter]
                         .as_mut()
@@ -1013,8 +1131,10 @@ impl Driver {
                         r == Some(Reply::Null),
                         "waiter w{waiter} should time out with null: {r:?}"
                     );
-                    self.model.remove_waiter(waiter);
                     self.socks[waiter] = None;
+                    let (_, granted) = self.model.withdraw(waiter, at);
+                    self.counts.withdraw_grants += granted.len() as u64;
+                    self.read_grants(k, granted, at, &format!("w{waiter} timed out"));
                 }
             }
         }
@@ -1048,15 +1168,9 @@ impl Driver {
         }
     }
 
-    fn op_restart(&mut self) {
-        self.tick();
-        self.counts.restarts += 1;
-        self.note("RESTART (SHUTDOWN NOSAVE, appendonly yes)".into());
-        let t = Instant::now();
-        self.server.restart();
-        self.con = self.server.conn();
-        self.counts.restart_ms += t.elapsed().as_millis() as u64;
-        // Waiters are connections: the restart dropped them without a reply.
+    /// Every waiter's connection was closed without a reply (a restart or a crash).
+    fn expect_waiters_closed(&mut self, why: &str) -> u64 {
+        let mut n = 0;
         for w in 0..self.model.waiters.len() {
             if self.model.waiters[w].is_some() {
                 let r = self.socks[w]
@@ -1066,11 +1180,28 @@ impl Driver {
                 ensure!(
                     self,
                     r == Some(Reply::Closed),
-                    "waiter w{w} across a restart: {r:?}, expected the connection closed"
+                    "waiter w{w} across {why}: {r:?}, expected the connection closed"
                 );
-                self.model.remove_waiter(w);
                 self.socks[w] = None;
+                n += 1;
             }
+        }
+        self.model.drop_waiters();
+        n
+    }
+
+    fn op_restart(&mut self) {
+        self.tick();
+        self.counts.restarts += 1;
+        self.note("RESTART (SHUTDOWN NOSAVE, appendonly yes)".into());
+        let t = Instant::now();
+        self.server.restart();
+        self.con = self.server.conn();
+        self.counts.restart_ms += t.elapsed().as_millis() as u64;
+        // Waiters are connections: the restart dropped them without a reply.
+        self.expect_waiters_closed("a restart");
+        for k in 0..KEYS.len() {
+            self.check_key(k);
         }
         self.check_totals();
     }
@@ -1081,10 +1212,13 @@ impl Driver {
         let (v, _, _) = self.call(&[b"DEBUG", b"RELOAD"]);
         self.note(format!("DEBUG RELOAD -> {v:?}"));
         ensure!(self, v == Value::Okay, "DEBUG RELOAD replied {v:?}");
-        // Every lock is freed and loaded anew with its holder, lease and fence. Its waiters
+        // Every lock is freed and loaded anew with its holds, leases and fences. Its waiters
         // stay connected but are answered null, as waiters of a deleted key are.
         for k in 0..KEYS.len() {
             self.answer_waiters_null(k, "DEBUG RELOAD");
+        }
+        for k in 0..KEYS.len() {
+            self.check_key(k);
         }
     }
 
@@ -1113,7 +1247,8 @@ impl Driver {
         if held.is_empty() {
             let k = self.rng.gen_range(0..KEYS.len());
             let t = TOKENS[self.rng.gen_range(0..TOKENS.len())].to_vec();
-            self.op_acquire(k, t, false);
+            let want = self.pick_want();
+            self.op_acquire(k, t, want, false);
             held.push(k);
         }
         held.shuffle(&mut self.rng);
@@ -1133,11 +1268,13 @@ impl Driver {
                 .collect();
             if !cands.is_empty() {
                 let k = cands[self.rng.gen_range(0..cands.len())];
-                match self.model.keys[k].lock.as_ref().map(|l| l.holder.clone()) {
+                // One hold of the key (of several, perhaps) runs out.
+                match self.random_holder(k) {
                     Some(h) => self.op_extend(k, h, true),
                     None => {
                         let t = TOKENS[self.rng.gen_range(0..TOKENS.len())].to_vec();
-                        self.op_acquire(k, t, true)
+                        let want = self.pick_want();
+                        self.op_acquire(k, t, want, true)
                     }
                 }
                 lapsing = Some(k);
@@ -1160,10 +1297,14 @@ impl Driver {
             BURST_CONNS
         };
         let n = self.rng.gen_range(BURST_MIN..=BURST_MAX) / conns * conns;
-        let plans: Vec<Vec<usize>> = (0..conns)
+        // Each `LOCK.FENCE` for one hold of a burst key (of several, perhaps).
+        let plans: Vec<Vec<(usize, Vec<u8>)>> = (0..conns)
             .map(|_| {
                 (0..n / conns)
-                    .map(|_| burst[self.rng.gen_range(0..burst.len())])
+                    .map(|_| {
+                        let k = burst[self.rng.gen_range(0..burst.len())];
+                        (k, self.random_holder(k).unwrap())
+                    })
                     .collect()
             })
             .collect();
@@ -1171,11 +1312,10 @@ impl Driver {
             .iter()
             .map(|plan| {
                 let mut req = Vec::with_capacity(plan.len() * 40);
-                for &k in plan {
-                    let holder = &self.model.keys[k].lock.as_ref().unwrap().holder;
+                for (k, holder) in plan {
                     req.extend_from_slice(&common::resp_command(&[
                         b"LOCK.FENCE",
-                        KEYS[k].as_bytes(),
+                        KEYS[*k].as_bytes(),
                         &holder[..],
                     ]));
                 }
@@ -1206,12 +1346,13 @@ impl Driver {
         // On each connection, every fence of a key is above the one before it there (and
         // above the key's last fence); across connections, no fence of a key twice.
         let (mut acked, mut tryagain) = (0u64, 0u64);
-        let mut issued: Vec<Vec<i64>> = vec![Vec::new(); KEYS.len()];
+        let mut issued: Vec<Vec<(i64, &[u8])>> = vec![Vec::new(); KEYS.len()];
         for (c, (plan, rs)) in plans.iter().zip(&replies).enumerate() {
             let mut last: Vec<i64> = (0..KEYS.len())
                 .map(|k| self.model.keys[k].last_fence.unwrap_or(0))
                 .collect();
-            for (i, (&k, r)) in plan.iter().zip(rs).enumerate() {
+            for (i, ((k, holder), r)) in plan.iter().zip(rs).enumerate() {
+                let k = *k;
                 match r {
                     Some(Reply::Int(f)) => {
                         ensure!(
@@ -1222,7 +1363,7 @@ impl Driver {
                             last[k]
                         );
                         last[k] = *f;
-                        issued[k].push(*f);
+                        issued[k].push((*f, &holder[..]));
                         acked += 1;
                     }
                     Some(Reply::Error(e)) if e.starts_with("TRYAGAIN ") => tryagain += 1,
@@ -1235,11 +1376,12 @@ impl Driver {
         }
         for (k, mut fs) in issued.into_iter().enumerate() {
             fs.sort_unstable();
-            for f in fs {
+            for (f, holder) in fs {
                 if let Err(e) = self.model.new_fence(k, f, false) {
                     self.fail(&format!("burst on {}: {e} (issued twice?)", KEYS[k]));
                 }
-                self.model.keys[k].lock.as_mut().unwrap().fence = f;
+                let l = self.model.keys[k].lock.as_mut().unwrap();
+                l.hold_mut(holder).fence = f;
             }
         }
         let highest = self.model.max_fence;
@@ -1261,85 +1403,61 @@ impl Driver {
         self.server.kill9();
         let down = Instant::now();
         if let Some(k) = lapsing {
-            if let Some(Pending::LeaseEnd(span)) = &snapshot[k].pending {
+            if let Some(Pending::LeaseEnd { span, .. }) = &snapshot[k].pending {
                 sleep((span.hi + SLACK).saturating_duration_since(Instant::now()));
             }
         }
         self.note("CRASH (SIGKILL after the burst's last reply)".into());
         // Waiters are connections: the crash closed them without a reply.
-        for w in 0..self.model.waiters.len() {
-            if self.model.waiters[w].is_some() {
-                let r = self.socks[w]
-                    .as_mut()
-                    .unwrap()
-                    .reply(Duration::from_secs(10));
-                ensure!(
-                    self,
-                    r == Some(Reply::Closed),
-                    "waiter w{w} across a crash: {r:?}, expected the connection closed"
-                );
-                self.model.waiters[w] = None;
-                self.socks[w] = None;
-                self.counts.crash_waiters_dropped += 1;
-            }
-        }
+        self.counts.crash_waiters_dropped += self.expect_waiters_closed("a crash");
         // The model becomes its copy: the server will load the snapshot.
         self.model.keys = snapshot;
-        for mk in &mut self.model.keys {
-            if let Some(l) = mk.lock.as_mut() {
-                l.queue.clear();
-            }
-        }
+        self.model.drop_waiters();
         self.model.crash_floor = highest;
         if let Some(k) = lapsing {
-            if let Some(Pending::LeaseEnd(_)) = self.model.keys[k].pending.take() {
+            if let Some(Pending::LeaseEnd { token, .. }) = self.model.keys[k].pending.take() {
                 self.counts.lease_ends += 1;
                 self.counts.crash_lapsed += 1;
                 self.note(format!(
-                    "  lease of {} ended while the server was down",
+                    "  lease of {} on {} ended while the server was down",
+                    show(&token),
                     KEYS[k]
                 ));
-                self.model.keys[k].lock = None;
+                // That hold only; the key has no waiters, so nobody is granted.
+                let l = self.model.keys[k].lock.as_mut().unwrap();
+                l.holds.retain(|h| h.token != token);
+                if l.holds.is_empty() {
+                    self.model.keys[k].lock = None;
+                }
             }
         }
 
-        // The first fences after the restart: a new fence for each burst key's holder and
-        // a fresh key acquired, in random order.
-        let mut firsts: Vec<(usize, Vec<u8>, bool)> = burst
-            .iter()
-            .map(|&k| {
-                (
-                    k,
-                    self.model.keys[k].lock.as_ref().unwrap().holder.clone(),
-                    false,
-                )
-            })
-            .collect();
+        // The first fences after the restart: a new fence for one holder of each burst key
+        // and a fresh key acquired (`Some(want)`), in random order.
+        let mut firsts: Vec<(usize, Vec<u8>, Option<Want>)> = Vec::new();
+        for &k in &burst {
+            let h = self.random_holder(k).unwrap();
+            firsts.push((k, h, None));
+        }
         let missing: Vec<usize> = (0..KEYS.len())
             .filter(|&k| self.model.keys[k].lock.is_none())
             .collect();
         if !missing.is_empty() {
             let k = missing[self.rng.gen_range(0..missing.len())];
             let t = TOKENS[self.rng.gen_range(0..TOKENS.len())].to_vec();
-            firsts.push((k, t, true));
+            let want = self.pick_want();
+            firsts.push((k, t, Some(want)));
         }
         firsts.shuffle(&mut self.rng);
-        let ttl = LONG_TTL.to_string();
-        let cmds: Vec<Vec<u8>> = firsts
-            .iter()
-            .map(|(k, t, fresh)| {
-                if *fresh {
-                    common::resp_command(&[
-                        &b"LOCK.ACQUIRE"[..],
-                        KEYS[*k].as_bytes(),
-                        t,
-                        ttl.as_bytes(),
-                    ])
-                } else {
-                    common::resp_command(&[&b"LOCK.FENCE"[..], KEYS[*k].as_bytes(), t])
+        let mut cmds: Vec<Vec<u8>> = Vec::new();
+        for (k, t, fresh) in &firsts {
+            cmds.push(match fresh {
+                Some(want) => {
+                    common::resp_command(&self.acquire_args(*k, t, LONG_TTL, *want, None))
                 }
-            })
-            .collect();
+                None => common::resp_command(&[&b"LOCK.FENCE"[..], KEYS[*k].as_bytes(), t]),
+            });
+        }
 
         // The restart, from the snapshot with the AOF off. The first fences go out on a
         // connection made as soon as the port takes one, while `start_again` still waits
@@ -1363,9 +1481,13 @@ impl Driver {
             Ok(a) => a,
             Err(e) => self.fail(&e),
         };
-        for ((k, t, fresh), a) in firsts.into_iter().zip(answers) {
+        for ((k, t, want), a) in firsts.into_iter().zip(answers) {
             self.counts.crash_restart_tryagain += a.tryagain;
-            let what = if fresh { "ACQUIRE" } else { "FENCE" };
+            let fresh = want.is_some();
+            let what = match want {
+                Some(w) => format!("ACQUIRE {w}"),
+                None => "FENCE".into(),
+            };
             self.note(format!(
                 "{what} {} {} after the crash ({:.1?} into the restart, after {} TRYAGAIN \
                  and {} LOADING) -> {:?} (model: {}, above {highest})",
@@ -1386,17 +1508,21 @@ impl Driver {
             if let Err(e) = self.model.new_fence(k, f, fresh) {
                 self.fail(&format!("LOCK.{what} {} after the crash: {e}", KEYS[k]));
             }
-            if fresh {
-                self.model.keys[k].lock = Some(MLock {
-                    holder: t,
-                    fence: f,
-                    deadline: Span::after(a.sent, a.recv, LONG_TTL),
-                    queue: VecDeque::new(),
-                });
-                self.counts.acquire += 1;
-                self.counts.crash_first_fresh += 1;
-            } else {
-                self.model.keys[k].lock.as_mut().unwrap().fence = f;
+            match want {
+                Some(want) => {
+                    self.model.keys[k].lock = Some(MLock::new(MHold {
+                        token: t,
+                        mode: want.mode(),
+                        fence: f,
+                        deadline: Span::after(a.sent, a.recv, LONG_TTL),
+                    }));
+                    self.counts.acquire += 1;
+                    self.counts.crash_first_fresh += 1;
+                }
+                None => {
+                    let l = self.model.keys[k].lock.as_mut().unwrap();
+                    l.hold_mut(&t).fence = f;
+                }
             }
             self.counts.crash_first_fences += 1;
         }
@@ -1501,9 +1627,19 @@ impl Driver {
     }
 
     /// `LOCK.INFO` of `k` checked against the model (not counted as an `info` op).
+    /// And `LOCK.HOLDERS`.
     fn check_key(&mut self, k: usize) {
         let (v, sent, recv) = self.call(&[b"LOCK.INFO", KEYS[k].as_bytes()]);
-        self.check_info(k, parse_info(&v), sent, recv);
+        self.check_info(k, &v, sent, recv);
+        let (v, sent, recv) = self.call(&[b"LOCK.HOLDERS", KEYS[k].as_bytes()]);
+        self.check_holders(k, &v, sent, recv);
+    }
+
+    /// One of the holders of `k`, at random.
+    fn random_holder(&mut self, k: usize) -> Option<Vec<u8>> {
+        let l = self.model.keys[k].lock.as_ref()?;
+        let h = &l.holds[self.rng.gen_range(0..l.holds.len())];
+        Some(h.token.clone())
     }
 
     fn has_waiters(&self, k: usize) -> bool {
@@ -1572,17 +1708,76 @@ impl Driver {
         if self.model.keys[k].pending.is_some() || l.queue.len() >= 4 || !self.rng.gen_bool(p) {
             return;
         }
-        let holder = l.holder.clone();
+        let shared = !l.exclusive();
         let candidates: Vec<&[u8]> = TOKENS
             .iter()
             .copied()
-            .filter(|t| *t != &holder[..] && !self.model.queued(k, t))
+            .filter(|t| l.hold(t).is_none() && !self.model.queued(k, t))
             .collect();
         if candidates.is_empty() {
             return;
         }
         let t = candidates[self.rng.gen_range(0..candidates.len())].to_vec();
-        self.op_acquire_wait(k, t, false);
+        // On a shared lock mostly an exclusive request, which queues (a shared one may
+        // join the holders at once).
+        let want = if shared && self.rng.gen_bool(0.7) {
+            Want::Exclusive
+        } else {
+            self.pick_want()
+        };
+        self.op_acquire_wait(k, t, want, false);
+    }
+
+    /// A queue of mixed kinds on held key `k` (not pending), for the grants that follow:
+    /// on a shared lock an exclusive request first (which holds back the shared ones
+    /// queued behind it), on an exclusive lock shared requests (granted together when it
+    /// ends or downgrades), some with a `LIMIT`, perhaps an exclusive one among them. A
+    /// quarter of the time the first waiter has a `WAIT` that runs out (600 ms, ample
+    /// time to queue the others behind it): its key is pending, and when it leaves, those
+    /// behind it that the holds admit are granted at that instant.
+    fn op_contend(&mut self, k: usize) {
+        let Some(l) = self.model.keys[k].lock.as_ref() else {
+            return self.op_info(k);
+        };
+        let shared = !l.exclusive();
+        let n = self.rng.gen_range(1..=3usize).min(4 - l.queue.len().min(4));
+        let mut tokens: Vec<&[u8]> = TOKENS
+            .iter()
+            .copied()
+            .filter(|t| l.hold(t).is_none() && !self.model.queued(k, t))
+            .collect();
+        tokens.shuffle(&mut self.rng);
+        tokens.truncate(n);
+        if tokens.is_empty() {
+            return self.op_info(k);
+        }
+        self.counts.contends += 1;
+        let short_first = self.rng.gen_bool(0.25);
+        let started = Instant::now();
+        for (i, t) in tokens.iter().enumerate() {
+            let want = if (i == 0 && shared) || self.rng.gen_bool(0.2) {
+                Want::Exclusive
+            } else if self.rng.gen_bool(0.5) {
+                Want::Shared(None)
+            } else {
+                Want::Shared(Some(self.rng.gen_range(1..=4)))
+            };
+            if i == 0 && short_first {
+                self.op_acquire_wait_for(k, t.to_vec(), want, CONTEND_WAIT_MS);
+            } else {
+                self.op_acquire_wait(k, t.to_vec(), want, false);
+            }
+        }
+        if short_first {
+            let took = started.elapsed();
+            ensure!(
+                self,
+                took < Duration::from_millis(CONTEND_WAIT_MS) - SLACK,
+                "queueing {} waiters took {took:?}: too close to the first one's WAIT of \
+                 {CONTEND_WAIT_MS} ms for the outcome not to depend on timing",
+                tokens.len()
+            );
+        }
     }
 
     /// `maybe_queue_waiter` on one held key without a pending deadline, if there is one.
@@ -1609,9 +1804,8 @@ impl Driver {
         let n = self.answer_waiters_null(k2, why);
         let l = self.model.keys[k].lock.as_ref().unwrap();
         let copy = MLock {
-            holder: l.holder.clone(),
+            holds: l.holds.clone(),
             fence: l.fence,
-            deadline: l.deadline,
             queue: VecDeque::new(),
         };
         if !l.queue.is_empty() {
@@ -1876,11 +2070,13 @@ impl Driver {
         match roll {
             0..=189 => {
                 let t = self.pick_token(k);
-                self.op_acquire(k, t, false)
+                let want = self.pick_want();
+                self.op_acquire(k, t, want, false)
             }
             190..=209 => {
                 let t = self.pick_token(k);
-                self.op_acquire(k, t, true)
+                let want = self.pick_want();
+                self.op_acquire(k, t, want, true)
             }
             210..=369 => {
                 let short = roll >= 350;
@@ -1893,7 +2089,8 @@ impl Driver {
                 if self.model.queued(k, &t) || qlen >= 4 {
                     self.op_info(k)
                 } else {
-                    self.op_acquire_wait(k, t, short)
+                    let want = self.pick_want();
+                    self.op_acquire_wait(k, t, want, short)
                 }
             }
             370..=529 => {
@@ -1912,7 +2109,8 @@ impl Driver {
                 let t = self.pick_token(k);
                 self.op_fence(k, t)
             }
-            730..=869 => self.op_info(k),
+            730..=799 => self.op_info(k),
+            800..=869 => self.op_holders(k),
             870..=889 => self.op_del(k),
             890..=919 => {
                 let ws: Vec<usize> = self
@@ -1942,7 +2140,10 @@ impl Driver {
             960..=969 => self.tick(),
             970..=975 => self.op_restart(),
             976..=981 => self.op_reload(),
-            982..=999 => self.op_info(k),
+            982..=999 => match self.pick_key(None, 0.0, 1.0) {
+                Some(k) => self.op_contend(k),
+                None => self.op_info(k),
+            },
             // Keyspace operations around lock keys.
             1000..=1014 => {
                 let nx = self.rng.gen_bool(0.5);
@@ -1989,15 +2190,20 @@ impl Driver {
     fn finish(&mut self) {
         self.tick();
         self.note("final state".into());
-        for (k, key) in KEYS.iter().enumerate() {
-            let (v, sent, recv) = self.call(&[b"LOCK.INFO", key.as_bytes()]);
-            self.check_info(k, parse_info(&v), sent, recv);
+        for k in 0..KEYS.len() {
+            self.check_key(k);
         }
         self.check_totals();
-        // Drain: every holder releases; each queue is served in order to the end.
+        // Drain: every holder releases, the earliest hold first; each queue is served in
+        // order to the end.
         for (k, key) in KEYS.iter().enumerate() {
-            while let Some(h) = self.model.keys[k].lock.as_ref().map(|l| l.holder.clone()) {
+            while let Some(h) = self.model.keys[k]
+                .lock
+                .as_ref()
+                .map(|l| l.holds[0].token.clone())
+            {
                 self.op_release(k, h);
+                self.check_key(k);
             }
             let (v, _, _) = self.call(&[b"EXISTS", key.as_bytes()]);
             ensure!(self, v == Value::Int(0), "{key} left after draining");
@@ -2017,7 +2223,7 @@ fn model_agrees_with_the_server() {
     let mut d = Driver {
         server,
         con,
-        model: Model::new(),
+        model: Model::new(KEYS.len()),
         socks: Vec::new(),
         rng: StdRng::seed_from_u64(seed),
         seed,
@@ -2069,6 +2275,24 @@ fn model_agrees_with_the_server() {
             "the run should crash the server several times after fence bursts, also with a \
              fresh key taken after the restart, a lease lapsing while it is down, waiters \
              dropped, a burst on two keys and one on two connections: {:?}",
+            d.counts
+        );
+        assert!(
+            c.joins > 0
+                && c.renewals_over_limit > 0
+                && c.downgrades > 0
+                && c.downgrade_grants > 0
+                && c.upgrades_refused > 0
+                && c.limit_refused > 0
+                && c.held_back > 0
+                && c.group_grants > 0
+                && c.withdraw_grants > 0
+                && c.shared_lease_ends > 0
+                && c.max_holders >= 3,
+            "the run should exercise shared holds: joins, a renewal past its LIMIT, downgrades \
+             that grant waiters, refused upgrades, LIMIT refusals, shared requests held back by \
+             a queue, several waiters granted at once, waiters granted when one before them \
+             left, a shared lease ending next to other holds, three holders or more: {:?}",
             d.counts
         );
         assert!(

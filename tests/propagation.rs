@@ -91,7 +91,7 @@ fn a_replica_attached_mid_traffic_misses_nothing() {
     let ops = writer.join().unwrap();
     assert!(ops > 100, "only {ops} operations ran");
 
-    assert_eq!(cmd!(&mut mc, "WAIT", 1, 5_000), Ok(Value::Int(1)));
+    assert_eq!(wait_replicas(&mut mc, 1, 5_000), Ok(Value::Int(1)));
     assert_same_locks(&mut mc, &mut rc);
     // With a replica attached the module keeps propagating.
     thread::sleep(Duration::from_millis(1_500));
@@ -152,7 +152,7 @@ fn a_restarted_masters_replica_resumes_without_missing_a_change() {
     let f = acquire(&mut mc, "k1", "after", 60_000).unwrap();
     thread::sleep(Duration::from_millis(1_500)); // past the module's next look at INFO
     let g = acquire(&mut mc, "k2", "later", 60_000).unwrap();
-    assert_eq!(cmd!(&mut mc, "WAIT", 1, 5_000), Ok(Value::Int(1)));
+    assert_eq!(wait_replicas(&mut mc, 1, 5_000), Ok(Value::Int(1)));
     assert_eq!(info(&mut rc, "k1").map(|i| i.fence), Some(f));
     assert_eq!(info(&mut rc, "k2").map(|i| i.fence), Some(g));
     assert_same_locks(&mut mc, &mut rc);

@@ -12,7 +12,7 @@ use redis::Value;
 /// Waits until the replica has processed everything the master sent.
 fn sync(master: &mut redis::Connection) {
     assert_eq!(
-        cmd!(master, "WAIT", 1, 5_000),
+        wait_replicas(master, 1, 5_000),
         Ok(Value::Int(1)),
         "replica did not ack"
     );

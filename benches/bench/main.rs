@@ -37,6 +37,26 @@
 //!    current fence replies OK and writes, that a stale fence (after `LOCK.FENCE`, after
 //!    `LOCK.RELEASE`; for Lua after an `INCR` of the fence key) gets `FENCED` and writes
 //!    nothing, and that `INFO lock` counts both; the run fails otherwise.
+//! 8. **Shared cycle** (issue 13), batches of 1 and 16: `LOCK.ACQUIRE k t ttl SHARED` +
+//!    `LOCK.RELEASE k t` on the connection's own keys (each cycle creates and removes a key)
+//!    and on one key for all connections (a token per op of a batch, so the holds coexist),
+//!    and the exclusive cycle for reference, each against workload 1's floor (`SET PX` +
+//!    `DEL`). Before the phases it checks once that a shared acquire replies a fence, the
+//!    key is then shared with 1 holder (2 with a second token, its fence higher), each release
+//!    replies 1 and the last removes the key, and a batch of 16 of each variant gets only the
+//!    expected replies (on one key, increasing fences).
+//! 9. **Semaphore** (issue 13): 20 clients on one `LIMIT 4` semaphore, each looping acquire →
+//!    hold 1 ms → release: `LOCK.ACQUIRE sem t ttl SHARED LIMIT 4 WAIT timeout` +
+//!    `LOCK.RELEASE` vs a Redisson-style Lua semaphore (permits in a ZSET scored by expiry: a
+//!    script drops expired permits and adds the token while fewer than 4 remain; a refused
+//!    client polls every 1 ms; release = `ZREM`). A *hand-off* is a permit granted to a client
+//!    that had waited for it (the module's `lock_grants`; for Lua an acquire after a refused
+//!    try): a Lua releaser that takes a permit straight back while others wait is not one.
+//!    Reports hand-offs/s, grants/s, waits, Jain fairness over clients' acquisitions, and
+//!    violations from an in-process counter (raised after an acquire, lowered before the
+//!    release) above 4. Before the rounds it checks once, for both, that 4 acquire and a 5th
+//!    is refused until one releases, and that in a short contended run the in-process count
+//!    reaches 4 and never exceeds it, nor does the server's (sampled) holder count.
 //!
 //! ## How to read the output
 //!
@@ -58,13 +78,15 @@
 //!   (a slow spell of the shared machine then hits both halves of a pair).
 //! - 7 also prints each GUARD ratio as the median of the paired rounds with the lowest and
 //!   highest round's ratio, and their spread ((highest − lowest) / median).
-//! - At the end, each target of issues 4 and 12 is checked against the measurements.
+//! - 8 prints each variant's ratios to the floor, 9 WAIT's ratios to Lua, the same way.
+//! - At the end, each target of issues 4, 12 and 13 is checked against the measurements.
 //! - Everything is also written to `bench-results.json` at the crate root (or `$BENCH_JSON`).
 //!
 //! Set `BENCH_QUICK=1` for a smoke run about 10× shorter (numbers are then noisy), and
 //! `BENCH_NO_PIN=1` to run without `taskset` pinning (server on CPU 1, client on CPU 0).
-//! `BENCH_ONLY=guard` runs workload 7 alone (its check, table and targets; the results file
-//! then holds only that), e.g. `BENCH_ONLY=guard cargo bench --bench bench`.
+//! `BENCH_ONLY=guard`, `shared` or `semaphore` runs workload 7, 8 or 9 alone (its check, table
+//! and targets; the results file then holds only that), e.g.
+//! `BENCH_ONLY=semaphore cargo bench --bench bench`.
 //! `BENCH_PROFILE` repeats one op for a profiler (see `profile.rs`).
 
 use std::fmt::Write as _;
@@ -89,7 +111,9 @@ mod memory;
 mod plan;
 mod profile;
 mod report;
+mod semaphore;
 mod server;
+mod shared;
 mod targets;
 mod throughput;
 
@@ -102,7 +126,9 @@ use memory::*;
 use plan::*;
 use profile::*;
 use report::*;
+use semaphore::*;
 use server::*;
+use shared::*;
 use targets::*;
 use throughput::*;
 
@@ -185,14 +211,32 @@ fn main() {
         ("rounds", (ROUNDS as u64).into()),
     ];
 
-    // BENCH_ONLY=guard: workload 7 alone.
-    if plan.only.as_deref() == Some("guard") {
-        let guarded = run_guard(&srv, s, &plan);
-        guarded.print();
-        let targets = guarded.targets();
-        print_targets("Targets (issue 12)", &targets);
-        let errors = unexpected(&[&guarded.table], &[]);
-        json.push(("guarded_write", guarded.json()));
+    // BENCH_ONLY=guard|shared|semaphore: workload 7, 8 or 9 alone.
+    if let Some(only) = plan.only.as_deref() {
+        let (part, title, targets, errors) = match only {
+            "guard" => {
+                let guarded = run_guard(&srv, s, &plan);
+                guarded.print();
+                let errors = unexpected(&[&guarded.table], &[]);
+                let part = ("guarded_write", guarded.json());
+                (part, "Targets (issue 12)", guarded.targets(), errors)
+            }
+            "shared" => {
+                let shared = run_shared(&srv, &plan);
+                shared.print();
+                let errors = unexpected(&[&shared.table], &[]);
+                let part = ("shared_cycle", shared.json());
+                (part, "Targets (issue 13)", shared.targets(), errors)
+            }
+            _ => {
+                let sem = run_semaphore(&srv, &plan);
+                sem.print();
+                let part = ("semaphore", sem.json());
+                (part, "Targets (issue 13)", sem.targets(), sem.errors())
+            }
+        };
+        print_targets(title, &targets);
+        json.push(part);
         json.push(("targets", targets_json(&targets)));
         json.push(("unexpected_replies", errors.into()));
         write_results(json, began);
@@ -299,6 +343,8 @@ fn main() {
     let (memory, residual) = run_memory(&srv, &plan);
     let held = run_held(&srv, s, &plan);
     let guarded = run_guard(&srv, s, &plan);
+    let shared = run_shared(&srv, &plan);
+    let semaphore = run_semaphore(&srv, &plan);
 
     // Tables.
     for t in [&cycle, &fenced, &acquire, &read] {
@@ -342,16 +388,26 @@ fn main() {
     println!("  left after FLUSHALL of the module's locks: {residual:.1} bytes/lock (until their lease deadlines)");
     held.print();
     guarded.print();
+    shared.print();
+    semaphore.print();
 
     // Targets.
     let tables = [&cycle, &fenced, &acquire, &held];
     let mut targets = issue4_targets(&plan, tables, &contended, &lease, &memory);
     targets.extend(guarded.targets());
-    print_targets("Targets (issues 4 and 12)", &targets);
-    let errors = unexpected(
-        &[&cycle, &fenced, &acquire, &read, &held, &guarded.table],
-        &contended,
-    );
+    targets.extend(shared.targets());
+    targets.extend(semaphore.targets());
+    print_targets("Targets (issues 4, 12 and 13)", &targets);
+    let tables = [
+        &cycle,
+        &fenced,
+        &acquire,
+        &read,
+        &held,
+        &guarded.table,
+        &shared.table,
+    ];
+    let errors = unexpected(&tables, &contended) + semaphore.errors();
 
     json.extend([
         ("uncontended_cycle", cycle.json()),
@@ -411,6 +467,8 @@ fn main() {
         ),
         ("held_locks", held.json()),
         ("guarded_write", guarded.json()),
+        ("shared_cycle", shared.json()),
+        ("semaphore", semaphore.json()),
         ("targets", targets_json(&targets)),
         ("unexpected_replies", errors.into()),
     ]);

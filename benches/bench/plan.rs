@@ -58,12 +58,12 @@ pub(crate) const LUA_RELEASE_PUBLISH: &str = "if redis.call('get',KEYS[1])==ARGV
      redis.call('del',KEYS[1]) redis.call('publish',ARGV[2],'released') return 1 else return 0 end";
 
 /// Workloads that `BENCH_ONLY` can select.
-pub(crate) const ONLY_CHOICES: [&str; 1] = ["guard"];
+pub(crate) const ONLY_CHOICES: [&str; 3] = ["guard", "shared", "semaphore"];
 
 /// The run's sizes, shrunk for `BENCH_QUICK=1`, and the workload `BENCH_ONLY` selects.
 pub(crate) struct Plan {
     pub(crate) quick: bool,
-    /// `BENCH_ONLY=guard`: run only that workload (and its targets).
+    /// `BENCH_ONLY=guard|shared|semaphore`: run only that workload (and its targets).
     pub(crate) only: Option<String>,
     pub(crate) phase: Duration,
     pub(crate) warmup: Duration,

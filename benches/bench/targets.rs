@@ -1,4 +1,5 @@
-//! The targets the results are checked against (issue 4; issue 12's are in `guard`).
+//! The targets the results are checked against (issue 4; issue 12's are in `guard`, issue
+//! 13's in `shared` and `semaphore`).
 
 #[allow(unused_imports)]
 use crate::*;

@@ -83,7 +83,8 @@ impl Op {
                 matches!(v, Value::Int(f) if *f > 0)
             }
             (Op::LuaCycle | Op::FloorCycle | Op::SetNx, 0) => matches!(v, Value::Okay),
-            (Op::LockInfo, _) => matches!(v, Value::Array(a) if a.len() == 8),
+            // RESP2 flat array: 6 fields since shared holds (issue 13), 4 before.
+            (Op::LockInfo, _) => matches!(v, Value::Array(a) if a.len() == 12 || a.len() == 8),
             (Op::Get, _) => matches!(v, Value::BulkString(_)),
             (_, _) => matches!(v, Value::Int(1)),
         }

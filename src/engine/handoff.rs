@@ -22,7 +22,9 @@ use super::state::{fences, with, Engine, Withdrawal};
 use crate::blocked;
 use crate::clock::{self, Now};
 use crate::keyspace::{key_in_db, signal_modified, LockKey};
+use crate::lock::{Lock, Mode};
 use crate::propagate;
+use crate::propagate::TokenArg;
 use crate::replication;
 use crate::stats::{self, Event};
 
@@ -36,9 +38,19 @@ const PAUSED_RECHECK_US: u64 = 10_000;
 /// the master's `DEL` (the cron's own period).
 const REPLICA_RECHECK_US: u64 = 100_000;
 
+/// What [`Engine::grant_queued`] did.
+pub(super) enum Granting {
+    Granted,
+    /// Nobody was granted: no fence could be issued in this millisecond.
+    NoFence,
+    /// Nobody waits, or the head is not admitted.
+    Nobody,
+}
+
 impl Engine {
-    /// The lock at `key` (indexed under `indexed`, unless the sweep took its entry out)
-    /// is free at `now`: the head of its queue holds it now, or the key is removed.
+    /// Holds of the lock at `key` (indexed under `indexed`, unless the sweep took its entry
+    /// out) ended at `now`, as `removal` says: the waiters at the head of its queue that it
+    /// now admits hold it, or the holds that stay keep it, or the key is removed.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn pass_on(
         &mut self,
@@ -53,20 +65,24 @@ impl Engine {
         let Ok(Some(lock)) = key.lock() else {
             return;
         };
-        let granted = self
-            .waiters
-            .head(db, name.as_slice())
-            .map(|w| lock.grant(&w.token, w.ttl, now, &mut fences()));
-        match granted {
-            Some(Ok(fence)) => {
-                let state = Propagation::HolderState;
-                self.changed(ctx, name, lock, state, indexed, now, Event::Granted);
-                if let Some((handle, id)) = self.waiters.grant_head(db, name.as_slice(), fence) {
-                    blocked::wake(handle, id);
+        // An exclusive hold's end needs no message of its own: the next holder's state
+        // replaces it, or the key's removal says it. A shared hold's end is propagated as
+        // itself, before the grants that follow it join the holds that stay.
+        let shared = lock.mode() == Mode::Shared;
+        if shared {
+            match removal {
+                Removal::Verbatim => ctx.replicate_verbatim(),
+                Removal::Ended(tokens) => {
+                    for token in tokens {
+                        propagate::replicate_release(ctx, name, token);
+                    }
                 }
-                return;
             }
-            Some(Err(_)) => {
+        }
+        let mut indexed = indexed;
+        match self.grant_queued(ctx, lock, db, name, &mut indexed, now) {
+            Granting::Granted => return,
+            Granting::NoFence => {
                 // No fence left in this millisecond: the lock stays free, indexed as due, and
                 // the sweep grants the head in the next one. Nobody can take it meanwhile:
                 // a newcomer finds the queue first.
@@ -75,7 +91,14 @@ impl Engine {
                 self.arm(ctx, Some(now.mono + 1000), now);
                 return;
             }
-            None => {}
+            Granting::Nobody => {}
+        }
+        if lock.is_held(now) {
+            // Other shared holds stay: the lock is filed under the earliest of them.
+            let earliest = leases::update(leases::address(lock), indexed, Some(lock.deadline()));
+            self.arm(ctx, earliest, now);
+            signal_modified(ctx, name);
+            return;
         }
         let at = leases::address(lock);
         match indexed {
@@ -83,13 +106,57 @@ impl Engine {
             None => key.delete(),
         }
         match removal {
-            Removal::Del => propagate::replicate_del(ctx, name),
+            _ if shared => {}
+            Removal::Ended(_) => propagate::replicate_del(ctx, name),
             Removal::Verbatim => ctx.replicate_verbatim(),
         }
         signal_modified(ctx, name);
     }
 
-    /// The lease of the lock at `key` ended: counted and announced, then passed on.
+    /// Grants `lock` to the head of its queue, then to the new head, and so on while the
+    /// lock admits them: consecutive shared requests together, an exclusive one alone.
+    /// `indexed` follows the lock's entry in the lease index.
+    pub(super) fn grant_queued(
+        &mut self,
+        ctx: &Context,
+        lock: &mut Lock,
+        db: i32,
+        name: &RedisString,
+        indexed: &mut Option<u64>,
+        now: Now,
+    ) -> Granting {
+        let mut granted = false;
+        while let Some(w) = self.waiters.head(db, name.as_slice()) {
+            if !lock.admits(w.want, now) {
+                break;
+            }
+            let (token, ttl, mode) = (w.token.clone(), w.ttl, w.want.mode);
+            let Ok(fence) = lock.grant(&token, ttl, mode, now, &mut fences()) else {
+                if granted {
+                    // The rest join when a fence can be issued again (the sweep retries).
+                    self.regrants.push((db, name.as_slice().into()));
+                    self.arm(ctx, Some(now.mono + 1000), now);
+                    return Granting::Granted;
+                }
+                return Granting::NoFence;
+            };
+            let state = Propagation::State(TokenArg::Bytes(&token));
+            self.changed(ctx, name, lock, state, *indexed, now, Event::Granted);
+            *indexed = Some(lock.deadline());
+            if let Some((handle, id)) = self.waiters.grant_head(db, name.as_slice(), fence) {
+                blocked::wake(handle, id);
+            }
+            granted = true;
+        }
+        if granted {
+            Granting::Granted
+        } else {
+            Granting::Nobody
+        }
+    }
+
+    /// The leases of the lock at `key` that are due ended: each counted and announced, then
+    /// the lock passed on.
     pub(super) fn end_lease(
         &mut self,
         ctx: &Context,
@@ -99,8 +166,14 @@ impl Engine {
         indexed: Option<u64>,
         now: Now,
     ) {
-        stats::record(ctx, Event::Expired, name);
-        self.pass_on(ctx, key, db, name, indexed, now, Removal::Del);
+        let Ok(Some(lock)) = key.lock() else {
+            return;
+        };
+        let ended = lock.end_due(now);
+        for _ in &ended {
+            stats::record(ctx, Event::Expired, name);
+        }
+        self.pass_on(ctx, key, db, name, indexed, now, Removal::Ended(&ended));
     }
 
     /// Arms the timer to fire by `deadline` (monotonic), unless one is armed that fires no
@@ -129,6 +202,7 @@ impl Engine {
             blocked::wake(handle, id);
             stats::WAIT_TIMEOUTS.bump();
         }
+        self.note_heads_left();
         let flags = ctx.get_flags();
         let (replica, loading) = (
             flags.contains(ContextFlags::SLAVE),
@@ -149,13 +223,17 @@ impl Engine {
             for w in std::mem::take(&mut self.withdrawals) {
                 self.withdraw(ctx, w, now);
             }
+            for (db, key) in std::mem::take(&mut self.regrants) {
+                self.regrant(ctx, db, &key, now);
+            }
             masters_due = self.end_due_leases(ctx, now, replica);
         }
         let mut next = [leases::earliest(), self.waiters.next_timeout()]
             .into_iter()
             .flatten()
             .min();
-        let waiting_writes = !self.withdrawals.is_empty() || self.highwater_due;
+        let waiting_writes =
+            !self.withdrawals.is_empty() || !self.regrants.is_empty() || self.highwater_due;
         if paused && (next.is_some_and(|at| at <= now.mono) || waiting_writes) {
             next = Some(now.mono + PAUSED_RECHECK_US);
         }
@@ -186,7 +264,7 @@ impl Engine {
             };
             let mut key = LockKey::open(ctx, &name);
             let current = match key.lock() {
-                Ok(Some(lock)) => leases::address(lock) == due.lock && !lock.is_held(now),
+                Ok(Some(lock)) => leases::address(lock) == due.lock && lock.deadline() <= now.mono,
                 _ => false,
             };
             // Otherwise the entry outlived its lock's key (a flush freeing it in the
@@ -212,7 +290,36 @@ impl Engine {
         };
         let indexed = lock.deadline();
         if lock.withdraw(&w.token, w.fence, now) {
-            self.pass_on(ctx, &mut key, w.db, &name, Some(indexed), now, Removal::Del);
+            let ended = std::slice::from_ref(&w.token);
+            self.pass_on(
+                ctx,
+                &mut key,
+                w.db,
+                &name,
+                Some(indexed),
+                now,
+                Removal::Ended(ended),
+            );
+        }
+    }
+
+    /// Queues whose head left (timed out, disconnected, unblocked) are served again by the
+    /// sweep: the waiters now at their head may be admitted.
+    pub(super) fn note_heads_left(&mut self) {
+        let left = self.waiters.take_heads_left();
+        self.regrants.extend(left);
+    }
+
+    /// Grants a lock to the waiters it admits: waiters a grant left waiting for want of a
+    /// fence, or a new head after the old one left.
+    fn regrant(&mut self, ctx: &Context, db: i32, key: &[u8], now: Now) {
+        let Some(name) = key_in_db(ctx, db, key) else {
+            return;
+        };
+        let mut key = LockKey::open(ctx, &name);
+        if let Ok(Some(lock)) = key.lock() {
+            let mut indexed = Some(lock.deadline());
+            self.grant_queued(ctx, lock, db, &name, &mut indexed, now);
         }
     }
 

@@ -16,7 +16,7 @@ use crate::clock::{self, Now};
 use crate::config;
 use crate::error::LockError;
 use crate::keyspace::{selected_db, signal_modified, LockKey};
-use crate::lock::{Acquire, Fenced, Lock};
+use crate::lock::{Acquire, Fenced, HoldRef, Lock, Mode};
 use crate::propagate::TokenArg;
 use crate::replication;
 use crate::stats::{self, Event};
@@ -24,10 +24,8 @@ use crate::stats::{self, Event};
 /// How a change reaches replicas and the AOF.
 #[derive(Clone, Copy)]
 pub(super) enum Propagation<'a> {
-    /// `LOCK.APPLY key token deadline fence`: the state, with the token of the command.
+    /// `LOCK.APPLY key token deadline fence [SHARED]`: the state of this token's hold.
     State(TokenArg<'a>),
-    /// The state, with the holder's token as the lock stores it (a grant).
-    HolderState,
     /// The client's command itself (see the module comment).
     Verbatim,
 }
@@ -94,8 +92,15 @@ impl Engine {
         let mut key = LockKey::open(ctx, name);
         self.settle(ctx, &mut key, db, name, now)?;
         let Some(lock) = key.lock()? else {
-            let (lock, fence) =
-                Lock::acquired(name.as_slice(), db, a.token, a.ttl, now, &mut fences())?;
+            let (lock, fence) = Lock::acquired(
+                name.as_slice(),
+                db,
+                a.token,
+                a.ttl,
+                a.want.mode,
+                now,
+                &mut fences(),
+            )?;
             let lock = key.store(lock)?;
             stats::lock_created();
             let propagation = Propagation::of_command(token_arg);
@@ -103,9 +108,12 @@ impl Engine {
             return Ok(Acquired::Fence(fence));
         };
         let indexed = lock.deadline();
-        let (fence, event) = match lock.acquire(a.token, a.ttl, now, &mut fences())? {
+        let queued =
+            super::state::waiting_clients() > 0 && self.waiters.head(db, name.as_slice()).is_some();
+        let acquired = lock.acquire(a.token, a.ttl, a.want, queued, now, &mut fences())?;
+        let (fence, event) = match acquired {
             Acquire::Granted(fence) => (fence, Event::Acquired),
-            Acquire::Renewed(fence) => (fence, Event::Extended),
+            Acquire::Renewed(fence) | Acquire::Downgraded(fence) => (fence, Event::Extended),
             Acquire::Busy => {
                 stats::CONTENDED.bump();
                 // Inside MULTI or a script, WAIT does not block: the reply is as without it.
@@ -114,8 +122,9 @@ impl Engine {
                 };
                 let handle = blocked::block(ctx);
                 let waits_for = name.as_slice();
+                let asks = (a.token, a.ttl, a.want);
                 self.waiters
-                    .enqueue(handle, db, waits_for, a.token, a.ttl, timeout_at);
+                    .enqueue(handle, db, waits_for, asks, timeout_at);
                 if let Some(at) = timeout_at {
                     self.arm(ctx, Some(at), now);
                 }
@@ -124,11 +133,16 @@ impl Engine {
         };
         let propagation = Propagation::of_command(token_arg);
         self.changed(ctx, name, lock, propagation, Some(indexed), now, event);
+        if matches!(acquired, Acquire::Downgraded(_)) {
+            // Shared now: the shared requests at the head of the queue join at once.
+            let mut indexed = Some(lock.deadline());
+            self.grant_queued(ctx, lock, db, name, &mut indexed, now);
+        }
         Ok(Acquired::Fence(fence))
     }
 
-    /// Ends the lease of the lock at `key` if it is due, exactly as the sweep would, before a
-    /// command acts on it: so that nobody slips in ahead of the queue, and every lease end
+    /// Ends the leases of the lock at `key` that are due, exactly as the sweep would, before
+    /// a command acts on it: so that nobody slips in ahead of the queue, and every lease end
     /// is counted once.
     fn settle(
         &mut self,
@@ -139,7 +153,7 @@ impl Engine {
         now: Now,
     ) -> Result<(), LockError> {
         let indexed = match key.lock()? {
-            Some(lock) if !lock.is_held(now) => lock.deadline(),
+            Some(lock) if lock.deadline() <= now.mono => lock.deadline(),
             _ => return Ok(()),
         };
         self.end_lease(ctx, key, db, name, Some(indexed), now);
@@ -168,18 +182,28 @@ impl Engine {
         }
         match propagation {
             Propagation::State(token) => {
-                let wall = now.to_wall(deadline);
-                crate::propagate::replicate_state(ctx, name, token, wall, lock.fence());
-            }
-            Propagation::HolderState => {
-                let (wall, token) = (now.to_wall(deadline), TokenArg::Bytes(lock.token()));
-                crate::propagate::replicate_state(ctx, name, token, wall, lock.fence());
+                if let Some(hold) = lock.holds().find(|h| h.token == token.bytes()) {
+                    replicate_hold(ctx, name, token, hold, lock.mode(), now);
+                }
             }
             Propagation::Verbatim => ctx.replicate_verbatim(),
         }
         signal_modified(ctx, name);
         stats::record(ctx, event, name);
     }
+}
+
+/// Propagates one hold as `LOCK.APPLY`.
+pub(super) fn replicate_hold(
+    ctx: &Context,
+    name: &RedisString,
+    token: TokenArg,
+    hold: HoldRef,
+    mode: Mode,
+    now: Now,
+) {
+    let wall = now.to_wall(hold.deadline);
+    crate::propagate::replicate_state(ctx, name, token, wall, hold.fence, mode);
 }
 
 /// `LOCK.RELEASE key token`: whether `token` held the lock.
@@ -193,13 +217,21 @@ pub fn release(
         let db = selected_db(ctx);
         let mut key = LockKey::open(ctx, name);
         if replication::may_replay() && from_master_or_aof(ctx) {
-            // A release the master propagated: it succeeded there, and this server's clock
-            // (a replica's, or a restart's) must not overrule it. Nobody waits here.
-            let Some(lock) = key.lock()?.filter(|l| l.token() == token) else {
+            // A release the master propagated (or a shared hold's end): it happened there, and
+            // this server's clock (a replica's, or a restart's) must not overrule it. Nobody
+            // waits here.
+            let Some(lock) = key.lock()? else {
                 return Ok(false);
             };
             let (at, indexed) = (leases::address(lock), lock.deadline());
-            leases::remove_and_delete(at, indexed, || key.delete());
+            match lock.drop_hold(token, now.mono) {
+                None => return Ok(false),
+                Some(true) => leases::remove_and_delete(at, indexed, || key.delete()),
+                Some(false) => {
+                    let earliest = leases::update(at, Some(indexed), Some(lock.deadline()));
+                    e.arm(ctx, earliest, now);
+                }
+            }
             ctx.replicate_verbatim();
             signal_modified(ctx, name);
             stats::announce(ctx, Event::Released, name);
@@ -229,9 +261,10 @@ pub fn release(
 
 /// How a lock's removal reaches replicas and the AOF.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Removal {
-    /// `DEL key`: for removals no client command asked for (lease end, a withdrawn grant).
-    Del,
+pub(super) enum Removal<'a> {
+    /// The holds of these tokens ended without a client asking (lease ends, a withdrawn
+    /// grant): `DEL key` when the key goes, `LOCK.RELEASE key token` for each shared hold.
+    Ended(&'a [Box<[u8]>]),
     /// The `LOCK.RELEASE` itself, which replays to the same removal. It spares
     /// `RedisModule_Replicate`'s command lookup, a third of the cost of a release.
     Verbatim,
@@ -329,21 +362,30 @@ pub fn apply(ctx: &Context, name: &RedisString, a: &ApplyArgs) -> Result<(), Loc
             Some(lock) => {
                 let event = applied_event(lock, a);
                 let indexed = lock.deadline();
-                lock.overwrite(a.token, deadline, a.fence);
+                lock.apply(a.token, deadline, a.fence, a.mode);
+                lock.note_last_fence(a.last_fence.unwrap_or(0));
                 (Some(indexed), event)
             }
             None => {
                 let db = selected_db(ctx);
-                let lock = Lock::restored(name.as_slice(), db, a.token, deadline, a.fence);
+                let hold = HoldRef {
+                    token: a.token,
+                    deadline,
+                    fence: a.fence,
+                };
+                let last_fence = a.last_fence.unwrap_or(0).max(a.fence);
+                let lock = Lock::restored(name.as_slice(), db, a.mode, &[hold], last_fence)
+                    .ok_or(LockError::BadInternal("LOCK.APPLY", "state"))?;
                 key.store(lock)?;
                 stats::lock_created();
                 (None, Event::Acquired)
             }
         };
-        fences().observe(a.fence);
+        fences().observe(a.last_fence.unwrap_or(0).max(a.fence));
         let lock = key.lock()?.ok_or(LockError::WrongType)?;
-        if indexed != Some(deadline) {
-            let earliest = leases::update(leases::address(lock), indexed, Some(deadline));
+        let earliest = lock.deadline();
+        if indexed != Some(earliest) {
+            let earliest = leases::update(leases::address(lock), indexed, Some(earliest));
             e.arm(ctx, earliest, now);
         }
         ctx.replicate_verbatim();
@@ -354,14 +396,14 @@ pub fn apply(ctx: &Context, name: &RedisString, a: &ApplyArgs) -> Result<(), Loc
 }
 
 /// The change a master made, as its state tells it: a replica announces the same events
-/// as its master. (A new holder of a key that still exists can only be a grant: a master
-/// removes a lock whose lease ended before anyone acquires it afresh.)
+/// as its master. (A new exclusive holder of a key that still exists can only be a grant:
+/// a master removes a lock whose lease ended before anyone acquires it afresh. A new shared
+/// holder joining shared holds may be either; it is announced as acquired.)
 fn applied_event(lock: &Lock, a: &ApplyArgs) -> Event {
-    if lock.token() != a.token {
-        Event::Granted
-    } else if lock.fence() != a.fence {
-        Event::Fenced
-    } else {
-        Event::Extended
+    match lock.holds().find(|h| h.token == a.token) {
+        Some(h) if h.fence != a.fence => Event::Fenced,
+        Some(_) => Event::Extended,
+        None if a.mode == Mode::Shared && lock.mode() == Mode::Shared => Event::Acquired,
+        None => Event::Granted,
     }
 }

@@ -46,6 +46,10 @@ pub fn relocated(ctx: &Context, name: &RedisString, arrived: Arrival) {
         return;
     };
     lock.relocate(name.as_slice(), selected_db(ctx));
+    if arrived == Arrival::Restored {
+        // Landed: its fences are this server's to stay above (see `persistence::rdb_load`).
+        super::state::fences().observe(lock.last_fence());
+    }
     let flags = ctx.get_flags();
     let replica = flags.contains(ContextFlags::SLAVE);
     let now = crate::clock::now();
@@ -57,9 +61,10 @@ pub fn relocated(ctx: &Context, name: &RedisString, arrived: Arrival) {
         // `RESTORE` replays with the dump's own notion of the lease (the time it had left
         // when dumped); the state follows it, with this server's absolute deadline, as core
         // rewrites a restored TTL to an absolute one.
-        let wall = now.to_wall(lock.deadline());
-        let token = TokenArg::Bytes(lock.token());
-        propagate::replicate_state(ctx, name, token, wall, lock.fence());
+        for hold in lock.holds() {
+            let (wall, token) = (now.to_wall(hold.deadline), TokenArg::Bytes(hold.token));
+            propagate::replicate_state(ctx, name, token, wall, hold.fence, lock.mode());
+        }
     }
     // A copy or a restored lock was indexed where no timer could be armed.
     let earliest = leases::earliest();
@@ -131,7 +136,13 @@ pub fn blocked_client_left(ctx: &Context, handle: Handle) {
             return;
         };
         match e.waiters.leave(id) {
-            Some(Left::Queued) => blocked::let_go(handle),
+            Some(Left::Queued) => {
+                blocked::let_go(handle);
+                e.note_heads_left();
+                if !e.regrants.is_empty() {
+                    e.timer_soon(ctx);
+                }
+            }
             Some(Left::Granted {
                 db,
                 key,
@@ -154,7 +165,7 @@ pub fn blocked_client_left(ctx: &Context, handle: Handle) {
 
 /// `CLIENT UNBLOCK` reached a waiter (the server's timeout callback): it leaves its queue.
 /// True if it was still waiting, to be answered null as a timed-out `BLPOP` is.
-pub fn unblocked_by_client(handle: Handle) -> bool {
+pub fn unblocked_by_client(ctx: &Context, handle: Handle) -> bool {
     with(|e| {
         let Some(id) = e.waiters.id_of(handle) else {
             return false;
@@ -164,6 +175,10 @@ pub fn unblocked_by_client(handle: Handle) -> bool {
                 // The server frees the handle only once the module lets go of it.
                 blocked::let_go(handle);
                 stats::WAIT_TIMEOUTS.bump();
+                e.note_heads_left();
+                if !e.regrants.is_empty() {
+                    e.timer_soon(ctx);
+                }
                 true
             }
             _ => false,

@@ -24,6 +24,8 @@ pub(super) struct Engine {
     /// The deadline and id of the armed timer, if one is armed.
     pub(super) timer: Option<(u64, raw::RedisModuleTimerID)>,
     pub(super) withdrawals: Vec<Withdrawal>,
+    /// Locks whose admitted waiters wait for a fence (see `handoff.rs`).
+    pub(super) regrants: Vec<(i32, Box<[u8]>)>,
     /// An AOF rewrite began: the high-water mark is to be written after it (see
     /// `handoff.rs`).
     pub(super) highwater_due: bool,
@@ -50,6 +52,7 @@ fn new_engine() -> Engine {
         waiters: Registry::default(),
         timer: None,
         withdrawals: Vec::new(),
+        regrants: Vec::new(),
         highwater_due: false,
     }
 }

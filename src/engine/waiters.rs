@@ -14,6 +14,8 @@
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::hash::Hash;
 
+use crate::lock::Want;
+
 pub type WaiterId = u64;
 
 /// What a waiter is told when its reply goes out.
@@ -41,6 +43,8 @@ pub struct Waiter<H> {
     pub key: Box<[u8]>,
     pub token: Box<[u8]>,
     pub ttl: u64,
+    /// Exclusive, or shared (with its own limit).
+    pub want: Want,
     /// Monotonic microseconds at which the wait times out; `None` waits without limit.
     pub timeout_at: Option<u64>,
     state: State,
@@ -79,6 +83,9 @@ pub struct Registry<H> {
     queues: HashMap<i32, HashMap<Box<[u8]>, Queue>>,
     timeouts: BTreeSet<(u64, WaiterId)>,
     queued: usize,
+    /// Queues whose head left while others still wait: the new head may be admitted where
+    /// the old one was not (a shared request behind an exclusive one that timed out).
+    heads_left: Vec<(i32, Box<[u8]>)>,
 }
 
 impl<H: Copy + Eq + Hash> Default for Registry<H> {
@@ -90,6 +97,7 @@ impl<H: Copy + Eq + Hash> Default for Registry<H> {
             queues: HashMap::new(),
             timeouts: BTreeSet::new(),
             queued: 0,
+            heads_left: Vec::new(),
         }
     }
 }
@@ -101,8 +109,7 @@ impl<H: Copy + Eq + Hash> Registry<H> {
         handle: H,
         db: i32,
         key: &[u8],
-        token: &[u8],
-        ttl: u64,
+        (token, ttl, want): (&[u8], u64, Want),
         timeout_at: Option<u64>,
     ) -> WaiterId {
         let id = self.next_id;
@@ -128,6 +135,7 @@ impl<H: Copy + Eq + Hash> Registry<H> {
                 key: key.into(),
                 token: token.into(),
                 ttl,
+                want,
                 timeout_at,
                 state: State::Queued,
             },
@@ -258,11 +266,26 @@ impl<H: Copy + Eq + Hash> Registry<H> {
             let w = self.waiters.get(&id)?;
             (w.db, w.key.clone())
         };
-        if let Some(q) = self.queue_mut(db, &key) {
-            q.queued.retain(|&w| w != id);
-        }
+        self.dequeue(db, &key, id);
         self.tidy(db, &key);
         self.answer(id, Reply::Null)
+    }
+
+    /// Takes `id` out of (db, key)'s queue, noting the queue if it was its head.
+    fn dequeue(&mut self, db: i32, key: &[u8], id: WaiterId) {
+        let Some(q) = self.queue_mut(db, key) else {
+            return;
+        };
+        let was_head = q.queued.front() == Some(&id);
+        q.queued.retain(|&w| w != id);
+        if was_head && !q.queued.is_empty() {
+            self.heads_left.push((db, key.into()));
+        }
+    }
+
+    /// The queues whose head left since the last call (see the field).
+    pub fn take_heads_left(&mut self) -> Vec<(i32, Box<[u8]>)> {
+        std::mem::take(&mut self.heads_left)
     }
 
     /// The earliest wait timeout.
@@ -315,8 +338,8 @@ impl<H: Copy + Eq + Hash> Registry<H> {
         if let Some(at) = w.timeout_at {
             self.timeouts.remove(&(at, id));
         }
+        self.dequeue(w.db, &w.key, id);
         if let Some(q) = self.queue_mut(w.db, &w.key) {
-            q.queued.retain(|&x| x != id);
             q.granted.retain(|&x| x != id);
         }
         self.tidy(w.db, &w.key);
@@ -339,7 +362,32 @@ mod tests {
 
     fn queue(r: &mut Registry<u32>, handle: u32, key: &[u8], timeout_at: Option<u64>) -> u64 {
         let token = format!("t{handle}");
-        r.enqueue(handle, 0, key, token.as_bytes(), 100, timeout_at)
+        r.enqueue(
+            handle,
+            0,
+            key,
+            (token.as_bytes(), 100, Want::EXCLUSIVE),
+            timeout_at,
+        )
+    }
+
+    #[test]
+    fn a_head_that_leaves_is_noted_for_the_engine() {
+        let mut r = registry();
+        let head = queue(&mut r, 1, b"k", Some(100));
+        let next = queue(&mut r, 2, b"k", None);
+        queue(&mut r, 3, b"k", None);
+        // Not the head: nothing changes at the front.
+        r.leave(next);
+        assert!(r.take_heads_left().is_empty());
+        assert!(r.pop_timed_out(100).is_some());
+        assert_eq!(r.take_heads_left(), vec![(0, Box::from(&b"k"[..]))]);
+        assert!(r.take_heads_left().is_empty(), "taken once");
+        assert_eq!(r.leave(head), Some(Left::Answered), "answered, not queued");
+        // The last waiter leaving leaves no queue to serve.
+        let last = r.head(0, b"k").map(|w| w.handle).unwrap();
+        r.leave(r.id_of(last).unwrap());
+        assert!(r.take_heads_left().is_empty());
     }
 
     #[test]
@@ -389,9 +437,9 @@ mod tests {
     #[test]
     fn a_flush_answers_one_database_or_all() {
         let mut r = registry();
-        let a = r.enqueue(1, 0, b"k", b"t", 1, None);
-        let b = r.enqueue(2, 1, b"k", b"t", 1, None);
-        let c = r.enqueue(3, 2, b"k", b"t", 1, None);
+        let a = r.enqueue(1, 0, b"k", (b"t", 1, Want::EXCLUSIVE), None);
+        let b = r.enqueue(2, 1, b"k", (b"t", 1, Want::EXCLUSIVE), None);
+        let c = r.enqueue(3, 2, b"k", (b"t", 1, Want::EXCLUSIVE), None);
         assert_eq!(r.answer_db(Some(1), Reply::Null), vec![(2, b)]);
         let mut rest = r.answer_db(None, Reply::Demoted);
         rest.sort();

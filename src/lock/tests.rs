@@ -18,7 +18,7 @@ fn at_us(us: u64) -> Now {
 }
 
 fn fresh(token: &[u8], ttl: u64, now: Now, f: &mut FenceIssuer) -> (Lock, u64) {
-    Lock::acquired(b"key", 0, token, ttl, now, f).unwrap()
+    Lock::acquired(b"key", 0, token, ttl, Mode::Exclusive, now, f).unwrap()
 }
 
 #[test]
@@ -26,14 +26,19 @@ fn acquire_is_exclusive_until_the_lease_ends() {
     let mut f = FenceIssuer::default();
     let (mut lock, first) = fresh(b"a", 100, at(0), &mut f);
     assert_eq!(
-        lock.acquire(b"b", 100, at(50), &mut f).unwrap(),
+        lock.acquire(b"b", 100, Want::EXCLUSIVE, false, at(50), &mut f)
+            .unwrap(),
         Acquire::Busy
     );
     assert_eq!(
-        lock.acquire(b"b", 100, at(99), &mut f).unwrap(),
+        lock.acquire(b"b", 100, Want::EXCLUSIVE, false, at(99), &mut f)
+            .unwrap(),
         Acquire::Busy
     );
-    match lock.acquire(b"b", 100, at(100), &mut f).unwrap() {
+    match lock
+        .acquire(b"b", 100, Want::EXCLUSIVE, false, at(100), &mut f)
+        .unwrap()
+    {
         Acquire::Granted(second) => assert!(second > first),
         other => panic!("{other:?}"),
     }
@@ -45,7 +50,8 @@ fn a_retried_acquire_renews_with_the_same_fence() {
     let mut f = FenceIssuer::default();
     let (mut lock, fence) = fresh(b"a", 100, at(0), &mut f);
     assert_eq!(
-        lock.acquire(b"a", 500, at(90), &mut f).unwrap(),
+        lock.acquire(b"a", 500, Want::EXCLUSIVE, false, at(90), &mut f)
+            .unwrap(),
         Acquire::Renewed(fence)
     );
     assert_eq!(lock.info(at(90)).ttl, 500);
@@ -56,7 +62,7 @@ fn the_same_token_after_its_lease_ended_gets_a_new_fence() {
     let mut f = FenceIssuer::default();
     let (mut lock, fence) = fresh(b"a", 100, at(0), &mut f);
     assert!(
-        matches!(lock.acquire(b"a", 100, at(100), &mut f).unwrap(), Acquire::Granted(n) if n > fence)
+        matches!(lock.acquire(b"a", 100, Want::EXCLUSIVE, false, at(100), &mut f).unwrap(), Acquire::Granted(n) if n > fence)
     );
 }
 
@@ -111,6 +117,8 @@ fn info_reports_the_lease() {
             holder: Some(&b"a"[..]),
             fence,
             ttl: 70,
+            mode: Some(Mode::Exclusive),
+            holders: 1,
         }
     );
     assert_eq!(
@@ -119,6 +127,8 @@ fn info_reports_the_lease() {
             holder: None,
             fence,
             ttl: -1,
+            mode: None,
+            holders: 0,
         }
     );
 }
@@ -144,12 +154,16 @@ fn fences_never_go_backwards_across_keys_and_time() {
 fn a_withdrawn_grant_frees_the_lock_unless_it_moved_on() {
     let mut f = FenceIssuer::default();
     let (mut lock, _) = fresh(b"a", 10, at(0), &mut f);
-    let g1 = lock.grant(b"w1", 100, at(10), &mut f).unwrap();
+    let g1 = lock
+        .grant(b"w1", 100, Mode::Exclusive, at(10), &mut f)
+        .unwrap();
     assert!(!lock.withdraw(b"w1", g1 - 1, at(11)), "another fence");
     assert!(!lock.withdraw(b"w2", g1, at(11)), "another token");
     assert!(lock.withdraw(b"w1", g1, at(11)));
     assert!(!lock.is_held(at(11)));
-    let g2 = lock.grant(b"w2", 100, at(12), &mut f).unwrap();
+    let g2 = lock
+        .grant(b"w2", 100, Mode::Exclusive, at(12), &mut f)
+        .unwrap();
     assert!(g2 > g1);
     assert!(
         !lock.withdraw(b"w1", g1, at(13)),
@@ -170,7 +184,8 @@ fn a_lease_never_ends_before_its_ttl_to_the_microsecond() {
 #[test]
 fn the_lock_knows_its_key_and_token_apart() {
     let mut f = FenceIssuer::default();
-    let (mut lock, _) = Lock::acquired(b"orders:1", 3, b"tok", 10, at(0), &mut f).unwrap();
+    let (mut lock, _) =
+        Lock::acquired(b"orders:1", 3, b"tok", 10, Mode::Exclusive, at(0), &mut f).unwrap();
     assert_eq!(
         (lock.key(), lock.token(), lock.db()),
         (&b"orders:1"[..], &b"tok"[..], 3)
@@ -187,11 +202,12 @@ fn the_lock_knows_its_key_and_token_apart() {
         (lock.key(), lock.token()),
         (&b"longer-name"[..], &b"tok"[..])
     );
-    lock.overwrite(b"tok", lock.deadline(), lock.fence());
+    lock.apply(b"tok", lock.deadline(), lock.fence(), Mode::Exclusive);
     assert!(!lock.is_replica_write(), "a master's state is the master's");
     lock.relocate(b"o", 4);
     assert!(matches!(
-        lock.acquire(b"longer-token", 10, at(20), &mut f).unwrap(),
+        lock.acquire(b"longer-token", 10, Want::EXCLUSIVE, false, at(20), &mut f)
+            .unwrap(),
         Acquire::Granted(_)
     ));
     assert_eq!(
@@ -209,14 +225,24 @@ fn the_lock_knows_its_key_and_token_apart() {
 fn short_names_live_inline_and_long_ones_on_the_heap() {
     let mut f = FenceIssuer::default();
     let uuid = b"3f0c9a2e-8d1b-4c4e-9a57-1d2b3c4d5e6f";
-    let (short, _) = Lock::acquired(b"orders:12345678", 0, uuid, 10, at(0), &mut f).unwrap();
+    let (short, _) = Lock::acquired(
+        b"orders:12345678",
+        0,
+        uuid,
+        10,
+        Mode::Exclusive,
+        at(0),
+        &mut f,
+    )
+    .unwrap();
     assert!(matches!(short.names, Names::Inline(..)));
-    assert_eq!(std::mem::size_of::<Lock>(), 88);
+    assert_eq!(std::mem::size_of::<Lock>(), 96);
     let long_token = [7u8; 256];
-    let (long, _) = Lock::acquired(b"k", 0, &long_token, 10, at(0), &mut f).unwrap();
+    let (long, _) =
+        Lock::acquired(b"k", 0, &long_token, 10, Mode::Exclusive, at(0), &mut f).unwrap();
     assert!(matches!(long.names, Names::Heap(_)));
     assert_eq!((long.key(), long.token()), (&b"k"[..], &long_token[..]));
-    assert_eq!(long.heap_size(), 88 + 257);
+    assert_eq!(long.heap_size(), 96 + 257);
 }
 
 #[test]
@@ -234,7 +260,10 @@ fn only_the_current_fence_of_a_live_hold_guards() {
     assert_eq!(lock.guards(second, at_us(99_999)), Ok(()));
     assert_eq!(lock.guards(second, at_us(100_000)), Err(Fenced::NotHeld));
     // Another token's hold: the old holder's fence is behind it.
-    let Acquire::Granted(third) = lock.acquire(b"b", 100, at(150), &mut f).unwrap() else {
+    let Acquire::Granted(third) = lock
+        .acquire(b"b", 100, Want::EXCLUSIVE, false, at(150), &mut f)
+        .unwrap()
+    else {
         panic!("the lock was free");
     };
     assert_eq!(lock.guards(second, at(150)), Err(Fenced::Newer));

@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
 
+pub mod dump;
 pub mod guard;
+pub mod model;
 
 /// Runs a command built from its name and arguments; see [`run`].
 ///
@@ -545,6 +547,9 @@ pub struct LockInfo {
     pub fence: i64,
     pub ttl: i64,
     pub waiters: i64,
+    /// `exclusive`, `shared` or `none`.
+    pub mode: String,
+    pub holders: i64,
 }
 
 fn field_name(v: &Value) -> String {
@@ -563,24 +568,27 @@ fn int(v: &Value, what: &str) -> i64 {
 }
 
 /// Parses a `LOCK.INFO` reply (flat array or map). `None` for a null reply.
-/// Panics unless exactly the fields holder, fence, ttl, waiters are present once each.
+/// Panics unless exactly the fields holder, fence, ttl, waiters, mode, holders are present
+/// once each, and consistent with each other (README, `LOCK.INFO`).
 pub fn parse_info(v: &Value) -> Option<LockInfo> {
     let pairs: Vec<(&Value, &Value)> = match v {
         Value::Nil => return None,
         Value::Array(items) => {
-            assert_eq!(items.len(), 8, "LOCK.INFO flat array: {v:?}");
+            assert_eq!(items.len(), 12, "LOCK.INFO flat array: {v:?}");
             items.chunks(2).map(|c| (&c[0], &c[1])).collect()
         }
         Value::Map(m) => m.iter().map(|(k, v)| (k, v)).collect(),
         other => panic!("LOCK.INFO: unexpected reply {other:?}"),
     };
-    assert_eq!(pairs.len(), 4, "LOCK.INFO must have 4 fields: {v:?}");
+    assert_eq!(pairs.len(), 6, "LOCK.INFO must have 6 fields: {v:?}");
     let mut seen = HashSet::new();
     let mut info = LockInfo {
         holder: None,
         fence: 0,
         ttl: 0,
         waiters: 0,
+        mode: String::new(),
+        holders: 0,
     };
     for (k, val) in pairs {
         let name = field_name(k);
@@ -596,10 +604,28 @@ pub fn parse_info(v: &Value) -> Option<LockInfo> {
             "fence" => info.fence = int(val, "fence"),
             "ttl" => info.ttl = int(val, "ttl"),
             "waiters" => info.waiters = int(val, "waiters"),
+            "mode" => info.mode = field_name(val),
+            "holders" => info.holders = int(val, "holders"),
             other => panic!("unknown LOCK.INFO field {other} in {v:?}"),
         }
     }
+    let consistent = match info.mode.as_str() {
+        "exclusive" => info.holder.is_some() && info.holders == 1 && info.ttl >= 0,
+        "shared" => info.holder.is_none() && info.holders >= 1 && info.ttl >= 0,
+        "none" => info.holder.is_none() && info.holders == 0 && info.ttl == -1,
+        _ => false,
+    };
+    assert!(consistent, "LOCK.INFO fields disagree: {v:?}");
     Some(info)
+}
+
+/// `WAIT n ms` for everything the master has done so far, whichever connection did it.
+/// `WAIT` waits for the calling connection's own last write only (on a connection that
+/// wrote nothing it returns at once), so this connection first makes a write of its own
+/// that changes no data: a `PUBLISH`, which the master propagates to its replicas.
+pub fn wait_replicas(master: &mut Connection, n: i64, ms: u64) -> Result<Value, String> {
+    cmd!(master, "PUBLISH", "redis-lock-tests:sync", "")?;
+    cmd!(master, "WAIT", n, ms)
 }
 
 /// `LOCK.INFO key`, parsed; panics on an error reply.

@@ -2,8 +2,12 @@
 // release, and a blocking LOCK.ACQUIRE ... WAIT on a second connection that is granted on
 // release. Also the recommended client-side pattern that docs/CLIENTS.md shows (withLock,
 // FencedStore, and guarded writes through LOCK.GUARD with its `guarded` helper).
-// Run by tests/clients.rs as `node flow.js <port> [flow|pattern|all]`; exits non-zero on the
-// first failure.
+// And the read-write lock and semaphore recipes it shows (withHold, withReadLock,
+// withWriteLock, withPermit): two readers hold together while a writer waits for both, and a
+// reader after the writer waits for it; a semaphore of 2 permits whose third caller waits
+// until one is released.
+// Run by tests/clients.rs as `node flow.js <port> [flow|pattern|shared|all]`; exits non-zero
+// on the first failure.
 "use strict";
 
 const assert = require("node:assert/strict");
@@ -27,7 +31,9 @@ function connect(extra = {}) {
 // LOCK.INFO replies a flat field/value array under RESP2 (ioredis speaks RESP2).
 function infoObject(reply) {
   if (reply === null) return null;
-  assert.ok(Array.isArray(reply) && reply.length === 8, `LOCK.INFO: ${JSON.stringify(reply)}`);
+  assert.ok(Array.isArray(reply) && reply.length === 12, `LOCK.INFO: ${JSON.stringify(reply)}`);
+  const names = reply.filter((_, i) => i % 2 === 0);
+  assert.deepEqual(names, ["holder", "fence", "ttl", "waiters", "mode", "holders"]);
   const o = {};
   for (let i = 0; i < reply.length; i += 2) o[reply[i]] = reply[i + 1];
   return o;
@@ -76,6 +82,11 @@ async function main() {
     assert.equal(info.fence, f2);
     assert.ok(info.ttl > 30000 && info.ttl <= 60000, `ttl ${info.ttl}`);
     assert.equal(info.waiters, 0);
+    assert.equal(info.mode, "exclusive");
+    assert.equal(info.holders, 1);
+    const [[holder, fence, ttl, mode]] = holdersList(await a.call("LOCK.HOLDERS", key));
+    assert.deepEqual([holder, fence, mode], [token, f2, "exclusive"]);
+    assert.ok(ttl > 30000 && ttl <= 60000, `ttl ${ttl}`);
     const exact = infoObject(await s.call("LOCK.INFO", key));
     assert.equal(exact.fence, String(f2), "the fence as a string and as a number agree");
 
@@ -226,10 +237,290 @@ async function pattern() {
   }
 }
 
+// --- Read-write locks and semaphores, as docs/CLIENTS.md shows them -------------------------
+
+// Runs work(fence) holding the lock at `key`: alone with no options, shared with ["SHARED"],
+// as one of n permits with ["SHARED", "LIMIT", n]. Rejects, and work does not run, if the
+// hold is not granted within waitMs. The WAIT blocks `redis` like BLPOP: give each holder
+// that may wait a connection of its own (redis.duplicate()).
+async function withHold(redis, key, ttlMs, options, work, waitMs = 5000) {
+  const token = randomUUID(); // one fresh token per hold
+  const fence = await redis.call("LOCK.ACQUIRE", key, token, ttlMs, ...options, "WAIT", waitMs);
+  // not granted: nothing is held, and there is nothing to release
+  if (fence === null) throw new Error(`${key} was not granted within ${waitMs} ms`);
+  try {
+    return await work(fence);
+  } finally {
+    await redis.call("LOCK.RELEASE", key, token);
+  }
+}
+
+// Shared with the other readers; waits for a writer that holds the lock or queued first.
+const withReadLock = (redis, key, ttlMs, work, waitMs) =>
+  withHold(redis, key, ttlMs, ["SHARED"], work, waitMs);
+
+// Alone: waits until the readers and writers that came first have released.
+const withWriteLock = (redis, key, ttlMs, work, waitMs) =>
+  withHold(redis, key, ttlMs, [], work, waitMs);
+
+// Runs work(fence) holding one of `permits` permits of `key`; queues, first come first
+// served, while all are taken. Every user of `key` must pass the same `permits`.
+const withPermit = (redis, key, permits, ttlMs, work, waitMs) =>
+  withHold(redis, key, ttlMs, ["SHARED", "LIMIT", permits], work, waitMs);
+
+const UPGRADE_REFUSED =
+  "ERR the token holds the lock shared: release it to take it exclusively (no upgrades)";
+// How soon (ms) a waiter must hold the lock once the hold before it is released.
+const GRANT_WITHIN = 200;
+
+async function waitFor(cond, what, timeoutMs = 5000) {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await cond())) {
+    assert.ok(Date.now() < deadline, what);
+    await sleep(5);
+  }
+}
+
+// One client of a scenario, on a connection of its own (its WAIT blocks it): it takes its
+// hold through a recipe and, once granted, stays in its work until told to leave.
+class Actor {
+  constructor(name, run) {
+    this.name = name;
+    this.redis = connect();
+    this.fence = null;
+    this.grantedAt = null;
+    this.isEntered = false;
+    this.entered = new Promise((resolve) => (this.onEntered = resolve));
+    this.left = new Promise((resolve) => (this.onLeave = resolve));
+    this.done = run(this).finally(() => this.redis.disconnect());
+    this.done.catch(() => {}); // awaited, and reported, by waitEntered() and finish()
+  }
+
+  // The work under the hold: note the grant, then stay until told to leave.
+  async work() {
+    this.grantedAt = performance.now();
+    this.isEntered = true;
+    this.onEntered();
+    await this.left;
+  }
+
+  // Asserts that it was granted at most GRANT_WITHIN ms after `released`.
+  grantedWithin(released) {
+    const late = this.grantedAt - released;
+    assert.ok(late < GRANT_WITHIN, `${this.name} granted ${late} ms after the release`);
+  }
+
+  async waitEntered() {
+    let timer;
+    const late = new Promise((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`${this.name} was never granted`)), 5000);
+    });
+    const ended = this.done.then(() => {
+      throw new Error(`${this.name} finished without being granted`);
+    });
+    try {
+      await Promise.race([this.entered, ended, late]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  // Tells it to leave; resolves once its hold is released.
+  async finish() {
+    this.onLeave();
+    await this.done;
+  }
+}
+
+// LOCK.HOLDERS as [token, fence, ttl, mode] entries, in grant order.
+function holdersList(reply) {
+  if (reply === null) return null;
+  assert.ok(Array.isArray(reply), `LOCK.HOLDERS: ${JSON.stringify(reply)}`);
+  for (const h of reply) {
+    assert.ok(Array.isArray(h) && h.length === 4, `LOCK.HOLDERS entry: ${JSON.stringify(h)}`);
+    checkFence(h[1], "LOCK.HOLDERS fence");
+  }
+  return reply;
+}
+
+// Some fields of LOCK.INFO (by default mode, holders, waiters); null for no key.
+async function infoOf(r, key, fields = ["mode", "holders", "waiters"]) {
+  const i = infoObject(await r.call("LOCK.INFO", key));
+  return i && fields.map((f) => i[f]);
+}
+
+// Waits until LOCK.INFO's mode, holders and waiters are `want`.
+async function waitShape(r, key, want, what) {
+  await waitFor(async () => String(await infoOf(r, key)) === String(want), what);
+}
+
+// A reader re-acquiring renews its lease and keeps its fence; an upgrade is refused and leaves
+// the hold as it was; an exclusive holder asking SHARED downgrades in place.
+async function sameToken(r) {
+  const key = `doc:${randomUUID()}`;
+  const token = randomUUID();
+  const f = await r.call("LOCK.ACQUIRE", key, token, 10000, "SHARED");
+  checkFence(f, "shared acquire");
+  assert.equal(await r.call("LOCK.ACQUIRE", key, token, 30000, "SHARED"), f, "renewal");
+  let [[t, fence, ttl, mode]] = holdersList(await r.call("LOCK.HOLDERS", key));
+  assert.deepEqual([t, fence, mode], [token, f, "shared"]);
+  assert.ok(ttl > 20000 && ttl <= 30000, `ttl ${ttl}`);
+  await assert.rejects(r.call("LOCK.ACQUIRE", key, token, 30000), (e) => {
+    assert.ok(e instanceof Redis.ReplyError, `${e}`);
+    assert.equal(e.message, UPGRADE_REFUSED);
+    return true;
+  });
+  [[t, fence, , mode]] = holdersList(await r.call("LOCK.HOLDERS", key));
+  assert.deepEqual([t, fence, mode], [token, f, "shared"], "the refused upgrader keeps its hold");
+  assert.equal(await r.call("LOCK.RELEASE", key, token), 1);
+  assert.equal(await r.call("LOCK.HOLDERS", key), null);
+
+  const fx = await r.call("LOCK.ACQUIRE", key, token, 30000);
+  assert.ok(fx > f);
+  assert.equal(await r.call("LOCK.ACQUIRE", key, token, 30000, "SHARED"), fx, "downgrade");
+  const info = infoObject(await r.call("LOCK.INFO", key));
+  assert.deepEqual([info.holder, info.mode, info.holders, info.fence], [null, "shared", 1, fx]);
+  assert.equal(await r.call("LOCK.RELEASE", key, token), 1);
+}
+
+// Two readers hold the lock together; a writer queues until both have released; a reader
+// that comes after the writer waits for it.
+async function readersAndWriter(r) {
+  const key = `{catalog:${randomUUID()}}:lock`;
+  const data = key.replace(/:lock$/, ":prices");
+  const reader = (name) =>
+    new Actor(name, (actor) =>
+      withReadLock(actor.redis, key, 30000, async (fence) => {
+        actor.fence = fence;
+        await actor.work();
+      }),
+    );
+  const writer = () =>
+    new Actor("writer", (actor) =>
+      withWriteLock(actor.redis, key, 30000, async (fence) => {
+        actor.fence = fence;
+        // a write the server checks the fence of
+        assert.equal(await guarded(actor.redis, key, fence, "HSET", data, "pen", 3), 1);
+        await actor.work();
+      }),
+    );
+
+  const a = reader("reader a");
+  await a.waitEntered();
+  const b = reader("reader b");
+  await b.waitEntered();
+  const info = infoObject(await r.call("LOCK.INFO", key));
+  assert.deepEqual([info.holder, info.mode, info.holders, info.waiters], [null, "shared", 2, 0]);
+  const holders = holdersList(await r.call("LOCK.HOLDERS", key));
+  assert.deepEqual(holders.map((h) => [h[1], h[3]]), [[a.fence, "shared"], [b.fence, "shared"]]);
+  assert.ok(a.fence < b.fence && b.fence === info.fence);
+  // a reader's fence guards no write: LOCK.GUARD runs under an exclusive hold only
+  await assert.rejects(guarded(r, key, b.fence, "HSET", data, "pen", 1), (e) => {
+    assert.ok(e instanceof Fenced, `not Fenced: ${e}`);
+    assert.equal(e.message, "FENCED the lock is held shared");
+    return true;
+  });
+
+  const w = writer();
+  await waitShape(r, key, ["shared", 2, 1], "the writer never queued");
+  const c = reader("reader c");
+  await waitShape(r, key, ["shared", 2, 2], "reader c never queued");
+  await a.finish();
+  assert.deepEqual(await infoOf(r, key), ["shared", 1, 2]);
+  assert.ok(!w.isEntered, "the writer holds the lock while reader b does");
+  let released = performance.now();
+  await b.finish();
+  await w.waitEntered();
+  w.grantedWithin(released);
+  const fields = ["mode", "holders", "waiters", "fence"];
+  assert.deepEqual(await infoOf(r, key, fields), ["exclusive", 1, 1, w.fence]);
+  assert.ok(w.fence > b.fence);
+  assert.ok(!c.isEntered, "a reader that came after the writer joined before it");
+  released = performance.now();
+  await w.finish();
+  await c.waitEntered();
+  c.grantedWithin(released);
+  assert.ok(c.fence > w.fence);
+  await c.finish();
+  assert.equal(await r.call("LOCK.INFO", key), null, "released and nobody waits: gone");
+  assert.deepEqual(await r.hgetall(data), { pen: "3" });
+  await r.del(data);
+  return [a.fence, b.fence, w.fence, c.fence];
+}
+
+// A semaphore of 2 permits: two callers hold one each, a third waits until one of them
+// releases; a caller that gives up waiting does not run; never more than 2 at once (counted
+// here, apart from the server).
+async function semaphore(r) {
+  const key = `api:${randomUUID()}`;
+  const calls = { now: 0, max: 0 };
+  const caller = (name) =>
+    new Actor(name, (actor) =>
+      withPermit(actor.redis, key, 2, 30000, async (fence) => {
+        actor.fence = fence;
+        calls.now += 1;
+        calls.max = Math.max(calls.max, calls.now);
+        try {
+          await actor.work();
+        } finally {
+          calls.now -= 1;
+        }
+      }),
+    );
+  const p1 = caller("caller 1");
+  await p1.waitEntered();
+  const p2 = caller("caller 2");
+  await p2.waitEntered();
+  assert.deepEqual(await infoOf(r, key), ["shared", 2, 0]);
+
+  // Both permits taken: a caller that waits 100 ms is rejected and does not run.
+  const t0 = Date.now();
+  let ran = false;
+  await assert.rejects(
+    withPermit(r, key, 2, 30000, async () => (ran = true), 100),
+    /was not granted within 100 ms/,
+  );
+  assert.ok(!ran, "ran without a permit");
+  assert.ok(Date.now() - t0 >= 90, "WAIT 100 returned too early");
+
+  const p3 = caller("caller 3");
+  await waitShape(r, key, ["shared", 2, 1], "caller 3 never queued");
+  assert.ok(!p3.isEntered);
+  const released = performance.now();
+  await p1.finish();
+  await p3.waitEntered();
+  p3.grantedWithin(released);
+  assert.deepEqual(await infoOf(r, key), ["shared", 2, 0]);
+  const holders = holdersList(await r.call("LOCK.HOLDERS", key));
+  assert.deepEqual(holders.map((h) => h[1]), [p2.fence, p3.fence]);
+  assert.ok(p3.fence > p2.fence && p2.fence > p1.fence);
+  await p2.finish();
+  await p3.finish();
+  assert.equal(await r.call("LOCK.INFO", key), null, "released and nobody waits: gone");
+  assert.deepEqual(calls, { now: 0, max: 2 });
+  return [p1.fence, p2.fence, p3.fence];
+}
+
+async function shared() {
+  const r = connect();
+  try {
+    await sameToken(r);
+    const rw = await readersAndWriter(r);
+    const sem = await semaphore(r);
+    console.log(
+      `ioredis ${require("ioredis/package.json").version} shared: ok (readers ${rw[0]}, ${rw[1]} ` +
+        `< writer ${rw[2]} < reader ${rw[3]}; permits ${sem[0]}, ${sem[1]} < ${sem[2]})`,
+    );
+  } finally {
+    r.disconnect();
+  }
+}
+
 const what = process.argv[3] || "all";
 (async () => {
   if (what === "flow" || what === "all") await main();
   if (what === "pattern" || what === "all") await pattern();
+  if (what === "shared" || what === "all") await shared();
 })().catch((e) => {
   console.error(e);
   process.exit(1);
