@@ -1,5 +1,5 @@
 //! Workload 9: a counting semaphore under contention (issue 13). `SEM_CLIENTS` clients on one
-//! `LIMIT 4` semaphore, each looping acquire → hold `SEM_WORK` → release: the module's
+//! `LIMIT 4` semaphore, each looping acquire → hold `sem_work()` → release: the module's
 //! `LOCK.ACQUIRE sem token ttl SHARED LIMIT 4 WAIT timeout` + `LOCK.RELEASE` against a
 //! Redisson-style Lua semaphore (permits in a ZSET scored by their expiry; a script drops the
 //! expired ones and adds the token while fewer than 4 remain; a refused client polls every
@@ -11,8 +11,16 @@ use crate::*;
 
 pub(crate) const SEM_CLIENTS: usize = CONTENDED_CLIENTS;
 pub(crate) const SEM_LIMIT: u64 = 4;
-/// How long a client holds its permit: the same work in both schemes.
-pub(crate) const SEM_WORK: Duration = Duration::from_millis(1);
+/// How long a client holds its permit: the same work in both schemes. 1 ms by default;
+/// `BENCH_SEM_WORK_US` sets it (a shorter hold leaves the hand-off, not the work, to set the
+/// pace).
+pub(crate) fn sem_work() -> Duration {
+    let us = std::env::var("BENCH_SEM_WORK_US")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000);
+    Duration::from_micros(us)
+}
 /// A permit's lease: far longer than a hold, so none runs out.
 pub(crate) const SEM_TTL_MS: u64 = 10_000;
 /// The module's `WAIT` timeout; a wait that times out is counted as an error and retried.
@@ -101,7 +109,7 @@ fn release(con: &mut Connection, kind: SemKind, token: &str) -> Value {
     }
 }
 
-/// One client: acquire, hold `SEM_WORK`, release, until `end`. Acquisitions after `end`
+/// One client: acquire, hold `sem_work()`, release, until `end`. Acquisitions after `end`
 /// (clients still queued) are released but not counted; a wait cut off by `end` counts in the
 /// max wait only, as `end` − its start.
 fn sem_client(
@@ -148,7 +156,7 @@ fn sem_client(
         }
         let got = Instant::now();
         permits.enter();
-        thread::sleep(SEM_WORK);
+        thread::sleep(sem_work());
         permits.leave();
         r.errors += u64::from(release(&mut con, kind, &token) != Value::Int(1));
         if got < end {
@@ -399,10 +407,10 @@ impl Semaphore {
     pub(crate) fn print(&self) {
         println!(
             "\n9. Semaphore: {SEM_CLIENTS} clients on one LIMIT {SEM_LIMIT} semaphore, each \
-             acquire → hold {} ms → release (grant = an acquisition; hand-off = a permit granted \
+             acquire → hold {} µs → release (grant = an acquisition; hand-off = a permit granted \
              to a client that had waited for it: module `lock_grants`, Lua an acquire after a \
              refused try; wait = first try to grant, max wait includes waits cut off by the end)",
-            SEM_WORK.as_millis()
+            sem_work().as_micros()
         );
         let head =
             "hand-offs/s  grants/s  wait p50  wait p99   max wait fairness max held  viol srv cpu";
@@ -473,7 +481,7 @@ impl Semaphore {
         obj(vec![
             ("clients", (SEM_CLIENTS as u64).into()),
             ("limit", SEM_LIMIT.into()),
-            ("work_ms", (SEM_WORK.as_millis() as u64).into()),
+            ("work_us", (sem_work().as_micros() as u64).into()),
             ("runs", Json::Arr(runs.collect())),
             ("handoff_ratio_wait_vs_lua", handoffs.json()),
             ("grant_ratio_wait_vs_lua", grants.json()),
