@@ -285,6 +285,11 @@ impl Engine {
             return;
         };
         let mut key = LockKey::open(ctx, &name);
+        // Leases that ended meanwhile end first, counted and passed on as the sweep would:
+        // the grants that follow must not pass them by.
+        if self.settle(ctx, &mut key, w.db, &name, now).is_err() {
+            return;
+        }
         let Ok(Some(lock)) = key.lock() else {
             return;
         };
@@ -317,9 +322,16 @@ impl Engine {
             return;
         };
         let mut key = LockKey::open(ctx, &name);
-        if let Ok(Some(lock)) = key.lock() {
-            let mut indexed = Some(lock.deadline());
-            self.grant_queued(ctx, lock, db, &name, &mut indexed, now);
+        // As in `withdraw`; a lease end passes the lock on itself.
+        match key.lock() {
+            Ok(Some(lock)) if lock.deadline() <= now.mono => {
+                let _ = self.settle(ctx, &mut key, db, &name, now);
+            }
+            Ok(Some(lock)) => {
+                let mut indexed = Some(lock.deadline());
+                self.grant_queued(ctx, lock, db, &name, &mut indexed, now);
+            }
+            _ => {}
         }
     }
 

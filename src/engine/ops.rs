@@ -144,7 +144,7 @@ impl Engine {
     /// Ends the leases of the lock at `key` that are due, exactly as the sweep would, before
     /// a command acts on it: so that nobody slips in ahead of the queue, and every lease end
     /// is counted once.
-    fn settle(
+    pub(super) fn settle(
         &mut self,
         ctx: &Context,
         key: &mut LockKey,
