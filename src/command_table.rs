@@ -133,7 +133,7 @@ const COMMANDS: [Command; 9] = [
         key_flags: RW | ACCESS | UPDATE,
         args: &[KEY, TOKEN, TTL, SHARED, LIMIT, WAIT],
         summary: c"Acquires a lock (exclusive, or SHARED while fewer than LIMIT tokens hold it) for a token with a lease of ttl milliseconds and returns its fence; with WAIT, queues until granted or timeout",
-        complexity: c"O(1); O(N) to leave a queue of N waiters",
+        complexity: c"O(1); O(H) on a key with H shared holds; O(N) to leave a queue of N waiters",
         handler: commands::acquire,
     },
     Command {
@@ -143,7 +143,7 @@ const COMMANDS: [Command; 9] = [
         key_flags: RW | DELETE,
         args: &[KEY, TOKEN],
         summary: c"Releases a lock held by the token; the first waiter holds it next",
-        complexity: c"O(1)",
+        complexity: c"O(1); O(H) on a key with H shared holds",
         handler: commands::release,
     },
     Command {
@@ -153,7 +153,7 @@ const COMMANDS: [Command; 9] = [
         key_flags: RW | UPDATE,
         args: &[KEY, TOKEN, TTL],
         summary: c"Sets the remaining lease of a lock held by the token to ttl milliseconds",
-        complexity: c"O(1)",
+        complexity: c"O(1); O(H) on a key with H shared holds",
         handler: commands::extend,
     },
     Command {
@@ -163,7 +163,7 @@ const COMMANDS: [Command; 9] = [
         key_flags: RW | ACCESS | UPDATE,
         args: &[KEY, TOKEN],
         summary: c"Issues a new, larger fence to the token holding the lock",
-        complexity: c"O(1)",
+        complexity: c"O(1); O(H) on a key with H shared holds",
         handler: commands::fence,
     },
     Command {
@@ -173,7 +173,7 @@ const COMMANDS: [Command; 9] = [
         key_flags: RO | ACCESS,
         args: &[KEY],
         summary: c"Returns a lock's exclusive holder, last fence, remaining lease, waiters, mode and number of holders",
-        complexity: c"O(1)",
+        complexity: c"O(1); O(H) on a key with H shared holds",
         handler: commands::info,
     },
     Command {
