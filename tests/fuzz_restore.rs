@@ -506,6 +506,8 @@ impl Fuzz {
             other => self.fail(&format!("someone else asked {i:?} for a share: {other:?}")),
         }
         self.probe_fence = self.probe_fence.max(top);
+        // The first renewal below: every lease has run at most since then.
+        let renewed = Instant::now();
         for (e, &f) in entries.iter().zip(&fences) {
             let t = e.token.as_slice();
             let c = &mut self.con;
@@ -536,7 +538,6 @@ impl Fuzz {
             }
         }
         // It dumps and restores again as the same lock, with the time each hold had left.
-        let renewed = Instant::now();
         let c = &mut self.con;
         let again = dump::dump(c, key);
         let c = &mut self.con;
