@@ -363,7 +363,7 @@ pub fn apply(ctx: &Context, name: &RedisString, a: &ApplyArgs) -> Result<(), Loc
                 let event = applied_event(lock, a);
                 let indexed = lock.deadline();
                 lock.apply(a.token, deadline, a.fence, a.mode);
-                lock.note_last_fence(a.last_fence.unwrap_or(0));
+                lock.note_fence(a.last_fence.unwrap_or(0));
                 (Some(indexed), event)
             }
             None => {

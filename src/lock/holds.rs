@@ -89,13 +89,8 @@ impl Lock {
         self.holds().nth(i)
     }
 
-    /// Records `fence` as issued for the key (a replayed AOF says so).
-    pub fn note_last_fence(&mut self, fence: u64) {
-        self.note_fence(fence);
-    }
-
-    /// Records `fence` as issued for the key.
-    pub(super) fn note_fence(&mut self, fence: u64) {
+    /// Records `fence` as issued for the key (also when a replayed AOF says so).
+    pub fn note_fence(&mut self, fence: u64) {
         if fence > self.last_fence() {
             if self.more.is_none() && fence == self.fence {
                 return;

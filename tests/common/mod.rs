@@ -3,12 +3,8 @@
 #![allow(dead_code)]
 
 use std::collections::HashSet;
-use std::fs;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU16, AtomicU32, Ordering};
+use std::net::TcpStream;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
