@@ -17,13 +17,13 @@
 //!   the command — and only it — to replicas and the AOF (`!`).
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::os::raw::{c_char, c_int};
 use std::sync::Mutex;
 
 use redis_module::{raw, Context, RedisString};
 
 use crate::error::{LockError, Unguardable};
+use crate::hashing::FnvBuild;
 
 /// What `COMMAND INFO` says of a command, as far as guarding it goes.
 #[derive(Debug, Clone, Copy)]
@@ -36,31 +36,10 @@ struct Class {
 /// Commands already asked about, by lowercased name.
 static CLASSES: Mutex<Option<Classes>> = Mutex::new(None);
 
-type Classes = HashMap<Box<[u8]>, Class, BuildHasherDefault<Fnv>>;
-
-/// FNV-1a rather than SipHash: the table is looked up on every guarded call, and only the
+/// FNV rather than SipHash: the table is looked up on every guarded call, and only the
 /// server's own command names are ever inserted, so there is nothing for a hash-flooding
 /// client to fill.
-#[derive(Default)]
-struct Fnv(u64);
-
-impl Hasher for Fnv {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut h = if self.0 == 0 {
-            0xcbf2_9ce4_8422_2325
-        } else {
-            self.0
-        };
-        for &b in bytes {
-            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-        self.0 = h;
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
+type Classes = HashMap<Box<[u8]>, Class, FnvBuild>;
 
 /// Forgets what was learned of commands: a module was loaded or unloaded.
 pub fn forget_commands() {

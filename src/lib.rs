@@ -27,6 +27,7 @@ mod error;
 mod events;
 mod fence;
 mod guard;
+mod hashing;
 mod keyspace;
 mod lock;
 mod persistence;

@@ -266,3 +266,22 @@ fn a_release_is_applied_on_a_replica_whose_clock_says_the_lease_ended() {
     sync(&mut mc);
     assert!(!exists(&mut rc, "k"), "the replica kept a released lock");
 }
+
+/// A waiter granted by a release holds the lock on the replica too, under its fence: the
+/// grant reaches the replica as the new holder's state, not as the release alone.
+#[test]
+fn a_grant_to_a_waiter_reaches_the_replica() {
+    let (m, r) = replica_pair();
+    let mut mc = m.conn();
+    let mut rc = r.conn();
+    let first = acquire(&mut mc, "k", "first", 30_000).unwrap();
+    let mut second = Waiter::join(&m, "k", "second", 30_000, 0);
+    assert_eq!(release(&mut mc, "k", "first"), 1);
+    let fence = second.reply().expect("the waiter is granted the lock");
+    assert!(fence > first);
+    sync(&mut mc);
+    let on_replica = info(&mut rc, "k").expect("the key on the replica");
+    assert_eq!(on_replica.holder.as_deref(), Some(&b"second"[..]), "holder");
+    assert_eq!(on_replica.fence, fence, "fence");
+    assert_mirrored(&mut mc, &mut rc, "k");
+}

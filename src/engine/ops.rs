@@ -136,7 +136,7 @@ impl Engine {
         if matches!(acquired, Acquire::Downgraded(_)) {
             // Shared now: the shared requests at the head of the queue join at once.
             let mut indexed = Some(lock.deadline());
-            self.grant_queued(ctx, lock, db, name, &mut indexed, now);
+            self.grant_queued(ctx, lock, db, name, &mut indexed, now, true);
         }
         Ok(Acquired::Fence(fence))
     }

@@ -14,6 +14,7 @@
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::hash::Hash;
 
+use crate::hashing::MixBuild;
 use crate::lock::Want;
 
 pub type WaiterId = u64;
@@ -76,11 +77,13 @@ pub enum Left {
 #[derive(Debug)]
 pub struct Registry<H> {
     next_id: WaiterId,
-    waiters: HashMap<WaiterId, Waiter<H>>,
-    by_handle: HashMap<H, WaiterId>,
+    // Ids and handles are the module's and the server's, so a cheap hash serves; key names
+    // are the clients', so they keep SipHash (see `hashing`).
+    waiters: HashMap<WaiterId, Waiter<H>, MixBuild>,
+    by_handle: HashMap<H, WaiterId, MixBuild>,
     /// db → key → queue. Two levels, so that a flush drops a database at once and a key is
     /// looked up by its bytes.
-    queues: HashMap<i32, HashMap<Box<[u8]>, Queue>>,
+    queues: HashMap<i32, HashMap<Box<[u8]>, Queue>, MixBuild>,
     timeouts: BTreeSet<(u64, WaiterId)>,
     queued: usize,
     /// Queues whose head left while others still wait: the new head may be admitted where
@@ -92,9 +95,9 @@ impl<H: Copy + Eq + Hash> Default for Registry<H> {
     fn default() -> Self {
         Registry {
             next_id: 1,
-            waiters: HashMap::new(),
-            by_handle: HashMap::new(),
-            queues: HashMap::new(),
+            waiters: HashMap::default(),
+            by_handle: HashMap::default(),
+            queues: HashMap::default(),
             timeouts: BTreeSet::new(),
             queued: 0,
             heads_left: Vec::new(),
