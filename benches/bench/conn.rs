@@ -1,9 +1,11 @@
-//! Small helpers over a connection: commands, pipelines, `INFO`, loading keys, scripts.
+//! Small helpers over a connection: commands, `INFO`, loading keys, scripts.
 
 #[allow(unused_imports)]
 use crate::*;
 
-// Wire helpers: commands are encoded by hand (cheap for the client), replies parsed by `redis`.
+// Commands are encoded by hand (cheap for the client). Replies are parsed by `redis` where a
+// value is needed (checks, INFO, contended clients) and scanned by `resp::Pipe` in the
+// pipelined phases.
 
 pub(crate) fn push_cmd(buf: &mut Vec<u8>, args: &[&str]) {
     write!(buf, "*{}\r\n", args.len()).unwrap();
@@ -31,11 +33,6 @@ pub(crate) fn reply(con: &mut Connection, args: &[&str]) -> Value {
         .unwrap_or_else(|e| panic!("{args:?}: {e}"))
 }
 
-pub(crate) fn pipeline(con: &mut Connection, buf: &[u8], count: usize) -> Vec<Value> {
-    con.req_packed_commands(buf, 0, count)
-        .unwrap_or_else(|e| panic!("pipeline of {count}: {e}"))
-}
-
 pub(crate) fn text(v: &Value) -> String {
     match v {
         Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
@@ -45,25 +42,58 @@ pub(crate) fn text(v: &Value) -> String {
     }
 }
 
-/// A numeric field of `INFO section`.
-pub(crate) fn info_field(con: &mut Connection, section: &str, field: &str) -> f64 {
-    let info = text(&call(con, &["INFO", section]));
+/// A field of an `INFO` text.
+pub(crate) fn field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
     info.lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("INFO {section} has no numeric {field}"))
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .map(str::trim)
+}
+
+/// A numeric field of `INFO section`.
+pub(crate) fn info_field(con: &mut Connection, section: &str, name: &str) -> f64 {
+    let info = text(&call(con, &["INFO", section]));
+    field(&info, name)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("INFO {section} has no numeric {name}"))
+}
+
+/// The server's counters that a phase reads at the start and the end of its window.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Sample {
+    /// CPU time so far (user + sys), in seconds.
+    pub(crate) cpu: f64,
+    /// Bytes written to the replication stream so far (`master_repl_offset`; it stays put
+    /// while no replica was ever attached).
+    pub(crate) repl: f64,
+    /// The AOF's size (`aof_current_size`; 0 without an AOF).
+    pub(crate) aof: f64,
+}
+
+impl Sample {
+    pub(crate) fn take(con: &mut Connection) -> Sample {
+        let info = text(&call(con, &["INFO", "cpu", "persistence", "replication"]));
+        let num = |name: &str| {
+            field(&info, name)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0)
+        };
+        Sample {
+            cpu: num("used_cpu_user") + num("used_cpu_sys"),
+            repl: num("master_repl_offset"),
+            aof: num("aof_current_size"),
+        }
+    }
 }
 
 /// The server's CPU time so far (user + sys), in seconds.
 pub(crate) fn server_cpu(con: &mut Connection) -> f64 {
     let info = text(&call(con, &["INFO", "cpu"]));
-    let field = |name: &str| -> f64 {
-        info.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-            .and_then(|v| v.trim().parse().ok())
+    let num = |name: &str| {
+        field(&info, name)
+            .and_then(|v| v.parse().ok())
             .unwrap_or(0.0)
     };
-    field("used_cpu_user") + field("used_cpu_sys")
+    num("used_cpu_user") + num("used_cpu_sys")
 }
 
 pub(crate) fn flushall(con: &mut Connection) {
@@ -84,14 +114,14 @@ pub(crate) fn used_memory(con: &mut Connection) -> f64 {
     last
 }
 
-/// Runs `make(i, buf)` for `i` in `range`, `LOAD_BATCH` commands per round trip; every reply
-/// must pass `ok`.
+/// Runs `make(i, buf)` for `i` in `range`, `LOAD_BATCH` items per round trip, each item
+/// `per_item` commands; every reply must pass `ok`.
 pub(crate) fn load(
-    con: &mut Connection,
+    pipe: &mut Pipe,
     range: std::ops::Range<usize>,
     per_item: usize,
     mut make: impl FnMut(usize, &mut Vec<u8>),
-    ok: impl Fn(&Value) -> bool,
+    ok: impl Fn(Reply) -> bool,
 ) {
     let mut buf = Vec::new();
     let mut i = range.start;
@@ -101,12 +131,18 @@ pub(crate) fn load(
         for j in i..end {
             make(j, &mut buf);
         }
-        let replies = pipeline(con, &buf, (end - i) * per_item);
-        if let Some(bad) = replies.iter().find(|v| !ok(v)) {
-            panic!("loading locks: unexpected reply {bad:?}");
+        pipe.send(&buf);
+        for _ in 0..(end - i) * per_item {
+            let r = pipe.next();
+            assert!(ok(r), "loading locks: unexpected reply {}", r.show());
         }
         i = end;
     }
+}
+
+/// A fence or `OK`: what loading held locks replies.
+pub(crate) fn held_reply(r: Reply) -> bool {
+    r.is_ok() || r.int().is_some()
 }
 
 pub(crate) fn new_hist() -> Histogram<u64> {

@@ -51,16 +51,7 @@ impl Resource {
     }
 }
 
-pub(crate) struct ClientResult {
-    pub(crate) acquisitions: u64,
-    pub(crate) handoffs: u64,
-    pub(crate) max_wait: Duration,
-    pub(crate) waits: Histogram<u64>,
-    pub(crate) errors: u64,
-}
-
 /// One contending client: acquire, check in and out of the resource, release, until `end`.
-/// Acquisitions after `end` (clients still queued) are released but not counted.
 pub(crate) fn contender(
     kind: Contender,
     id: u64,
@@ -78,222 +69,87 @@ pub(crate) fn contender(
         p.set_read_timeout(Some(PUBSUB_FALLBACK)).unwrap();
         p
     });
-    let mut r = ClientResult {
-        acquisitions: 0,
-        handoffs: 0,
-        max_wait: Duration::ZERO,
-        waits: new_hist(),
-        errors: 0,
-    };
-    sleep_until(start);
-    'run: loop {
-        let began = Instant::now();
-        if began >= end {
-            break;
-        }
-        let fence = match kind {
-            Contender::Wait => {
-                let v = call(
-                    &mut con,
-                    &["LOCK.ACQUIRE", CONTENDED_KEY, &token, &ttl, "WAIT", "0"],
-                );
-                match v {
-                    Value::Int(f) => Some(f),
-                    other => panic!("LOCK.ACQUIRE WAIT 0 replied {other:?}"),
-                }
+    let acquire = |con: &mut Connection, _: &mut ClientResult| match kind {
+        Contender::Wait => {
+            let args = ["LOCK.ACQUIRE", CONTENDED_KEY, &token, &ttl, "WAIT", "0"];
+            match call(con, &args) {
+                Value::Int(f) => Some(Some(f)),
+                other => panic!("LOCK.ACQUIRE WAIT 0 replied {other:?}"),
             }
-            Contender::Poll(_) | Contender::PubSub => loop {
-                let v = call(&mut con, &["SET", CONTENDED_KEY, &token, "NX", "PX", &ttl]);
-                if v == Value::Okay {
-                    break None;
-                }
-                if Instant::now() >= end {
-                    break 'run;
-                }
-                match (kind, pubsub.as_mut()) {
-                    (Contender::Poll(every), _) => thread::sleep(every),
-                    (_, Some(p)) => match p.get_message() {
-                        Ok(_) => {}
-                        Err(e) if e.is_timeout() => {}
-                        Err(e) => panic!("pub/sub: {e}"),
-                    },
-                    _ => unreachable!(),
-                }
-            },
-        };
-        let got = Instant::now();
+        }
+        Contender::Poll(_) | Contender::PubSub => loop {
+            let args = ["SET", CONTENDED_KEY, &token, "NX", "PX", &ttl];
+            if call(con, &args) == Value::Okay {
+                break Some(None);
+            }
+            if Instant::now() >= end {
+                break None;
+            }
+            match (kind, pubsub.as_mut()) {
+                (Contender::Poll(every), _) => thread::sleep(every),
+                (_, Some(p)) => match p.get_message() {
+                    Ok(_) => {}
+                    Err(e) if e.is_timeout() => {}
+                    Err(e) => panic!("pub/sub: {e}"),
+                },
+                _ => unreachable!(),
+            }
+        },
+    };
+    let hold = |con: &mut Connection, fence: Option<i64>| {
         let handoff = res.enter(id, fence);
         res.leave(id);
-        let released = match kind {
-            Contender::Wait => call(&mut con, &["LOCK.RELEASE", CONTENDED_KEY, &token]),
-            Contender::Poll(_) => call(
-                &mut con,
-                &["EVALSHA", &s.release, "1", CONTENDED_KEY, &token],
-            ),
-            Contender::PubSub => {
-                let sha = &s.release_publish;
-                call(
-                    &mut con,
-                    &[
-                        "EVALSHA",
-                        sha,
-                        "1",
-                        CONTENDED_KEY,
-                        &token,
-                        CONTENDED_CHANNEL,
-                    ],
-                )
-            }
+        let sha = match kind {
+            Contender::PubSub => &s.release_publish,
+            _ => &s.release,
         };
-        if released != Value::Int(1) {
-            r.errors += 1;
-        }
-        if got < end {
-            r.acquisitions += 1;
-            r.handoffs += u64::from(handoff);
-            r.max_wait = r.max_wait.max(got - began);
-            r.waits.record(micros(got - began)).unwrap();
-        }
-    }
-    r
+        let args: &[&str] = match kind {
+            Contender::Wait => &["LOCK.RELEASE", CONTENDED_KEY, &token],
+            Contender::Poll(_) => &["EVALSHA", sha, "1", CONTENDED_KEY, &token],
+            Contender::PubSub => &[
+                "EVALSHA",
+                sha,
+                "1",
+                CONTENDED_KEY,
+                &token,
+                CONTENDED_CHANNEL,
+            ],
+        };
+        (handoff, call(con, args) == Value::Int(1))
+    };
+    client_loop(&mut con, (start, end), acquire, hold)
 }
 
-pub(crate) struct Contended {
-    pub(crate) label: &'static str,
-    pub(crate) short: &'static str,
-    pub(crate) secs: f64,
-    pub(crate) per_client: Vec<u64>,
-    pub(crate) handoffs: u64,
-    pub(crate) max_wait: Duration,
-    pub(crate) waits: Histogram<u64>,
-    pub(crate) violations: u64,
-    pub(crate) errors: u64,
-    pub(crate) cpu_secs: f64,
-    /// Hand-offs/s of each round.
-    pub(crate) rounds: Vec<f64>,
-}
-
-impl Contended {
-    pub(crate) fn absorb(&mut self, round: Contended) {
-        self.secs += round.secs;
-        for (sum, n) in self.per_client.iter_mut().zip(&round.per_client) {
-            *sum += n;
-        }
-        self.handoffs += round.handoffs;
-        self.max_wait = self.max_wait.max(round.max_wait);
-        self.waits.add(&round.waits).unwrap();
-        self.violations += round.violations;
-        self.errors += round.errors;
-        self.cpu_secs += round.cpu_secs;
-        self.rounds.extend(round.rounds);
-    }
-    /// Median over rounds of this scheme's hand-offs/s over `b`'s in the same round.
-    pub(crate) fn handoff_ratio(&self, b: &Contended) -> f64 {
-        paired_median(&self.rounds, &b.rounds)
-    }
-    pub(crate) fn acquisitions(&self) -> u64 {
-        self.per_client.iter().sum()
-    }
-    pub(crate) fn handoff_rate(&self) -> f64 {
-        self.handoffs as f64 / self.secs
-    }
-    /// Jain's fairness index of the per-client acquisition counts: 1 = perfectly even.
-    pub(crate) fn fairness(&self) -> f64 {
-        let sum: f64 = self.per_client.iter().map(|&x| x as f64).sum();
-        let squares: f64 = self.per_client.iter().map(|&x| (x as f64).powi(2)).sum();
-        sum * sum / (self.per_client.len() as f64 * squares)
-    }
-    pub(crate) fn json(&self, all: &[Contended]) -> Json {
-        let vs = all.iter().filter(|b| b.short != self.short).map(|b| {
-            obj(vec![
-                ("baseline", b.label.into()),
-                ("handoff_ratio", self.handoff_ratio(b).into()),
-            ])
-        });
-        obj(vec![
-            ("name", self.label.into()),
-            ("seconds", self.secs.into()),
-            ("handoffs", self.handoffs.into()),
-            ("handoffs_per_sec", self.handoff_rate().into()),
-            ("acquisitions", self.acquisitions().into()),
-            (
-                "acquisitions_per_sec",
-                (self.acquisitions() as f64 / self.secs).into(),
-            ),
-            ("max_wait_us", micros(self.max_wait).into()),
-            ("wait_p50_us", self.waits.value_at_quantile(0.5).into()),
-            ("wait_p99_us", self.waits.value_at_quantile(0.99).into()),
-            ("fairness_jain", self.fairness().into()),
-            (
-                "per_client_acquisitions",
-                Json::Arr(self.per_client.iter().map(|&x| x.into()).collect()),
-            ),
-            ("violations", self.violations.into()),
-            ("errors", self.errors.into()),
-            ("server_cpu_util", (self.cpu_secs / self.secs).into()),
-            ("vs", Json::Arr(vs.collect())),
-        ])
-    }
-}
-
+/// One round of one scheme.
 pub(crate) fn run_contended(
     srv: &Server,
     s: &Scripts,
     plan: &Plan,
-    label: &'static str,
-    short: &'static str,
-    kind: Contender,
+    (label, short, kind): (&'static str, &'static str, Contender),
 ) -> Contended {
-    let mut probe = srv.connect();
+    let mut probe = srv.conn();
     flushall(&mut probe);
     let res = Resource::default();
     let clients: Vec<(Connection, Option<Connection>)> = (0..CONTENDED_CLIENTS)
         .map(|_| {
-            let sub = matches!(kind, Contender::PubSub).then(|| srv.connect());
-            (srv.connect(), sub)
+            let sub = matches!(kind, Contender::PubSub).then(|| srv.conn());
+            (srv.conn(), sub)
         })
         .collect();
     // Time for every client to subscribe before the start.
     let start = Instant::now() + Duration::from_millis(300);
     let end = start + plan.contended;
-    let (results, cpu) = thread::scope(|scope| {
-        let res = &res;
-        let handles: Vec<_> = clients
-            .into_iter()
-            .enumerate()
-            .map(|(i, cons)| {
-                scope.spawn(move || contender(kind, i as u64 + 1, cons, res, s, (start, end)))
-            })
-            .collect();
-        sleep_until(start);
-        let c0 = server_cpu(&mut probe);
-        sleep_until(end);
-        let c1 = server_cpu(&mut probe);
-        let results: Vec<ClientResult> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-        (results, c1 - c0)
-    });
+    let client = |i: usize, cons| contender(kind, i as u64 + 1, cons, &res, s, (start, end));
+    let (results, c0, c1) = run_clients(&mut probe, clients, (start, end), client, server_cpu);
     // Everyone has released: nothing may be left of the lock (no holder, no stuck waiter).
     let left = match kind {
         Contender::Wait => call(&mut probe, &["LOCK.INFO", CONTENDED_KEY]),
         _ => call(&mut probe, &["GET", CONTENDED_KEY]),
     };
-    let mut c = Contended {
-        label,
-        short,
-        secs: plan.contended.as_secs_f64(),
-        per_client: results.iter().map(|r| r.acquisitions).collect(),
-        handoffs: results.iter().map(|r| r.handoffs).sum(),
-        max_wait: results.iter().map(|r| r.max_wait).max().unwrap_or_default(),
-        waits: new_hist(),
-        violations: res.violations.load(SeqCst),
-        errors: results.iter().map(|r| r.errors).sum::<u64>() + u64::from(left != Value::Nil),
-        cpu_secs: cpu,
-        rounds: Vec::new(),
-    };
-    for r in &results {
-        c.waits.add(&r.waits).unwrap();
-    }
-    c.rounds.push(c.handoff_rate());
+    let mut c = Contended::from_clients((label, short), plan.contended, &results, c1 - c0);
+    c.violations = res.violations.load(SeqCst);
+    c.errors += u64::from(left != Value::Nil);
+    c.close_round();
     eprintln!(
         "  {:<44} {:>10.0} hand-offs/s  (server cpu {:>3.0}%)",
         label,
@@ -301,6 +157,140 @@ pub(crate) fn run_contended(
         c.cpu_secs / c.secs * 100.0
     );
     c
+}
+
+/// The schemes of workload 4: `WAIT` first, its baselines after.
+const SCHEMES: [(&str, &str, Contender); 4] = [
+    (
+        "LOCK.ACQUIRE WAIT 0 (blocking FIFO)",
+        "WAIT",
+        Contender::Wait,
+    ),
+    (
+        "SET NX PX, poll every 100 ms",
+        "100ms poll",
+        Contender::Poll(SLOW_POLL),
+    ),
+    (
+        "SET NX PX, poll every 1 ms",
+        "1ms poll",
+        Contender::Poll(FAST_POLL),
+    ),
+    ("SET NX PX + pub/sub wake-up", "pub/sub", Contender::PubSub),
+];
+
+/// Workload 4: each scheme `FEW_ROUNDS` times, interleaved (A B C D, D C B A, …).
+pub(crate) fn run_contention(ctx: &Ctx) -> Box<dyn Outcome> {
+    eprintln!("4. Contended");
+    let mut runs: Vec<Option<Contended>> = SCHEMES.iter().map(|_| None).collect();
+    for round in 0..FEW_ROUNDS {
+        let mut order: Vec<usize> = (0..SCHEMES.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for i in order {
+            let c = run_contended(ctx.srv, ctx.s, ctx.plan, SCHEMES[i]);
+            match &mut runs[i] {
+                Some(sum) => sum.absorb(c),
+                slot => *slot = Some(c),
+            }
+        }
+    }
+    Box::new(Contention(runs.into_iter().flatten().collect()))
+}
+
+/// Workload 4's results, in the order of `SCHEMES`.
+struct Contention(Vec<Contended>);
+
+impl Outcome for Contention {
+    fn print(&self) {
+        print_contended(&self.0);
+    }
+    fn json(&self) -> (&'static str, Json) {
+        let runs = self.0.iter().map(|c| c.json(&self.0));
+        let part = obj(vec![
+            ("clients", (CONTENDED_CLIENTS as u64).into()),
+            ("runs", Json::Arr(runs.collect())),
+        ]);
+        ("contended", part)
+    }
+    fn targets(&self) -> Vec<Target> {
+        let [wait, _, poll, _] = &self.0[..] else {
+            unreachable!()
+        };
+        let violations: u64 = self.0.iter().map(|c| c.violations).sum();
+        let fair = wait.fairness_rounds();
+        vec![
+            ratio_target(
+                "#14",
+                "contended hand-offs/s vs 1 ms poll",
+                wait.vs(poll),
+                3.0,
+            ),
+            Target {
+                range: Some((fair.min, fair.max)),
+                ..target(
+                    "#14",
+                    "contended fairness (Jain) with WAIT",
+                    fair.median,
+                    ">=",
+                    0.999,
+                    "",
+                )
+            },
+            target(
+                "#4",
+                "contended exclusion violations (all schemes)",
+                violations as f64,
+                "<=",
+                0.0,
+                "",
+            ),
+        ]
+    }
+    fn summary(&self) -> Vec<SummaryRow> {
+        let [wait, slow, fast, pubsub] = &self.0[..] else {
+            unreachable!()
+        };
+        let violations: u64 = self.0.iter().map(|c| c.violations).sum();
+        let fair = wait.fairness_rounds();
+        vec![
+            row(
+                format!("{CONTENDED_CLIENTS} clients on one key, `WAIT` vs polling"),
+                format!("{} hand-offs/s", thousands(wait.handoff_rate())),
+                format!(
+                    "{} polling every 1 ms, {} every 100 ms, {} pub/sub wake-ups",
+                    wait.vs(fast).show(),
+                    wait.vs(slow).show(),
+                    wait.vs(pubsub).show()
+                ),
+            ),
+            row(
+                "fairness (Jain) / exclusion violations",
+                format!(
+                    "{:.4} [{:.4}–{:.4}] / {violations}",
+                    fair.median, fair.min, fair.max
+                ),
+                format!(
+                    "polling 1 ms: {:.4}; 100 ms: {:.4}",
+                    fast.fairness(),
+                    slow.fairness()
+                ),
+            ),
+            row(
+                "longest wait of any client (contended)",
+                ms(micros(wait.max_wait)),
+                format!(
+                    "{} polling every 1 ms, {} every 100 ms",
+                    ms(micros(fast.max_wait)),
+                    ms(micros(slow.max_wait))
+                ),
+            ),
+        ]
+    }
+    fn errors(&self) -> u64 {
+        self.0.iter().map(|c| c.errors).sum()
+    }
 }
 
 pub(crate) fn print_contended(all: &[Contended]) {
@@ -340,11 +330,7 @@ pub(crate) fn print_contended(all: &[Contended]) {
             vs.join(", ")
         );
     }
-    println!("  per-client acquisitions:");
-    for c in all {
-        let counts: Vec<String> = c.per_client.iter().map(|x| x.to_string()).collect();
-        println!("    {:<34} {}", c.short, counts.join(" "));
-    }
+    print_per_client(all);
     if all.iter().any(|c| c.errors > 0) {
         for c in all.iter().filter(|c| c.errors > 0) {
             println!(

@@ -52,7 +52,7 @@ pub(crate) fn drive_guard(
     op: GuardOp,
     depth: usize,
     t: usize,
-    mut con: Connection,
+    mut pipe: Pipe,
     s: &Scripts,
     w: Window,
 ) -> ThreadResult {
@@ -60,18 +60,14 @@ pub(crate) fn drive_guard(
     let hold = HOLD_TTL_MS.to_string();
     let (lock, fence_key, data) = guard_keys(t);
     let fence = match op {
-        GuardOp::Guard => call(&mut con, &["LOCK.ACQUIRE", &lock, &token, &hold]),
+        GuardOp::Guard => pipe.int(&["LOCK.ACQUIRE", &lock, &token, &hold]),
         GuardOp::Lua => {
             let sha = &s.fenced_acquire;
-            let args = ["EVALSHA", sha, "2", &lock, &fence_key, &token, &hold];
-            call(&mut con, &args)
+            pipe.int(&["EVALSHA", sha, "2", &lock, &fence_key, &token, &hold])
         }
-        GuardOp::Set => Value::Int(0),
-    };
-    let fence = match fence {
-        Value::Int(f) => f.to_string(),
-        other => panic!("{op:?}: the acquire replied {other:?}"),
-    };
+        GuardOp::Set => 0,
+    }
+    .to_string();
     let args: Vec<&str> = match op {
         GuardOp::Guard => vec!["LOCK.GUARD", &lock, &fence, "SET", &data, &token],
         GuardOp::Set => vec!["SET", &data, &token],
@@ -86,25 +82,8 @@ pub(crate) fn drive_guard(
     for _ in 0..depth {
         push_cmd(&mut buf, &args);
     }
-    let mut r = ThreadResult {
-        ops: 0,
-        errors: 0,
-        hist: new_hist(),
-    };
-    loop {
-        let began = Instant::now();
-        if began >= w.end {
-            break;
-        }
-        let replies = pipeline(&mut con, &buf, depth);
-        r.errors += replies.iter().filter(|v| **v != Value::Okay).count() as u64;
-        let done = Instant::now();
-        if done >= w.start && done < w.end {
-            r.ops += depth as u64;
-            r.hist.record(micros(done - began)).unwrap();
-        }
-    }
-    if op == GuardOp::Guard && call(&mut con, &["LOCK.RELEASE", &lock, &token]) != Value::Int(1) {
+    let mut r = ThreadResult::run(w, depth, || pipe.round_trip(&buf, depth, |_, r| r.is_ok()));
+    if op == GuardOp::Guard && pipe.int(&["LOCK.RELEASE", &lock, &token]) != 1 {
         r.errors += 1;
     }
     r
@@ -118,8 +97,8 @@ pub(crate) fn run_guard_phase(
     phase: Duration,
     (label, op, depth): (&str, GuardOp, usize),
 ) -> Measured {
-    run_threads(srv, plan, phase, (label, depth), |t, con, w| {
-        drive_guard(op, depth, t, con, s, w)
+    run_threads(srv, plan, phase, (label, depth), |t, pipe, w| {
+        drive_guard(op, depth, t, pipe, s, w)
     })
 }
 
@@ -143,7 +122,7 @@ fn reply_text(v: &Value) -> String {
 /// nothing; the same for the Lua guarded write; and `INFO lock` counts the runs and refusals.
 /// Panics otherwise.
 pub(crate) fn check_guard(srv: &Server, s: &Scripts) -> GuardCheck {
-    let mut con = srv.connect();
+    let mut con = srv.conn();
     flushall(&mut con);
     let hold = HOLD_TTL_MS.to_string();
     let (lock, _, data) = guard_keys(0);
@@ -230,135 +209,87 @@ pub(crate) struct Guarded {
 }
 
 /// The check, then `GUARD_VARIANTS` at each depth, `ROUNDS` rounds interleaved.
-pub(crate) fn run_guard(srv: &Server, s: &Scripts, plan: &Plan) -> Guarded {
+pub(crate) fn run_guard(ctx: &Ctx) -> Box<dyn Outcome> {
+    let (srv, s, plan) = (ctx.srv, ctx.s, ctx.plan);
     let title = "7. Guarded write: LOCK.GUARD vs SET vs Lua (op = 1 write; lock held, long lease)";
     let check = check_guard(srv, s);
-    let names: Vec<_> = GUARD_VARIANTS
-        .iter()
-        .map(|&(label, short, _, vs)| (label, short, vs))
-        .collect();
-    let table = table_with(srv, title, &names, |i, depth| {
-        let (label, _, op, _) = GUARD_VARIANTS[i];
+    let table = table_with(srv, title, &DEPTHS, &GUARD_VARIANTS, |op, label, depth| {
         run_guard_phase(srv, s, plan, plan.phase, (label, op, depth))
     });
-    Guarded { table, check }
+    Box::new(Guarded { table, check })
 }
 
-/// A ratio of paired rounds: its median and range over the rounds.
-pub(crate) struct Paired {
-    pub(crate) median: f64,
-    pub(crate) min: f64,
-    pub(crate) max: f64,
-}
-
-impl Paired {
-    pub(crate) fn of(a: &[f64], b: &[f64]) -> Paired {
-        let r = paired_ratios(a, b);
-        Paired {
-            median: paired_median(a, b),
-            min: r.first().copied().unwrap_or(f64::NAN),
-            max: r.last().copied().unwrap_or(f64::NAN),
-        }
-    }
-    /// (max − min) / median of the rounds' ratios.
-    pub(crate) fn spread(&self) -> f64 {
-        (self.max - self.min) / self.median
-    }
-    pub(crate) fn json(&self) -> Json {
-        obj(vec![
-            ("median", self.median.into()),
-            ("min", self.min.into()),
-            ("max", self.max.into()),
-            ("spread", self.spread().into()),
-        ])
-    }
-}
+const GUARD: &str = GUARD_VARIANTS[0].0;
+const SET: &str = GUARD_VARIANTS[1].0;
+const LUA: &str = GUARD_VARIANTS[2].0;
 
 impl Guarded {
-    pub(crate) fn guard(&self, depth: usize) -> &Measured {
-        self.table.find(GUARD_VARIANTS[0].0, depth)
+    fn comparisons(&self) -> Comparisons<'_> {
+        Comparisons {
+            table: &self.table,
+            pairs: &[(GUARD, SET), (GUARD, LUA)],
+            depths: &DEPTHS,
+        }
     }
-    /// GUARD against the variant `j` at `depth`: (throughput, server CPU per op).
-    pub(crate) fn vs(&self, j: usize, depth: usize) -> (Paired, Paired) {
-        let (a, b) = (
-            self.guard(depth),
-            self.table.find(GUARD_VARIANTS[j].0, depth),
-        );
-        (
-            Paired::of(&a.rounds, &b.rounds),
-            Paired::of(&b.round_cpu, &a.round_cpu),
-        )
-    }
+}
 
-    pub(crate) fn print(&self) {
+impl Outcome for Guarded {
+    fn print(&self) {
         self.table.print();
-        println!("  check (once, before the phases):");
-        for (what, reply) in &self.check.steps {
-            println!("    {what:<54} -> {reply}");
-        }
-        println!("  ratios, median of paired rounds [lowest–highest round] (spread of the ratio):");
-        for depth in DEPTHS {
-            for j in [1, 2] {
-                let (thr, cpu) = self.vs(j, depth);
-                let short = GUARD_VARIANTS[j].1;
-                println!(
-                    "    GUARD/{short:<4} batch {depth:>2}: throughput {:.2}× [{:.2}–{:.2}] ({}), \
-                     server CPU/op {:.2}× [{:.2}–{:.2}]",
-                    thr.median,
-                    thr.min,
-                    thr.max,
-                    percent(thr.spread()),
-                    cpu.median,
-                    cpu.min,
-                    cpu.max,
-                );
-            }
-        }
+        print_check("the phases", &self.check.steps);
+        self.comparisons().print();
     }
 
-    pub(crate) fn json(&self) -> Json {
-        let check = self.check.steps.iter().map(|(what, reply)| {
-            obj(vec![
-                ("step", what.as_str().into()),
-                ("reply", reply.as_str().into()),
-            ])
-        });
-        let mut ratios = Vec::new();
-        for depth in DEPTHS {
-            for j in [1, 2] {
-                let (thr, cpu) = self.vs(j, depth);
-                ratios.push(obj(vec![
-                    ("baseline", GUARD_VARIANTS[j].0.into()),
-                    ("pipeline", (depth as u64).into()),
-                    ("throughput", thr.json()),
-                    ("server_cpu", cpu.json()),
-                ]));
-            }
-        }
-        obj(vec![
+    fn json(&self) -> (&'static str, Json) {
+        let part = obj(vec![
             ("table", self.table.json()),
-            ("check", Json::Arr(check.collect())),
-            ("guard_ratios", Json::Arr(ratios)),
-        ])
+            ("check", check_json(&self.check.steps, "reply")),
+            ("guard_ratios", self.comparisons().json()),
+        ]);
+        ("guarded_write", part)
     }
 
-    /// Issue 12's targets, at batch 16.
-    pub(crate) fn targets(&self) -> Vec<Target> {
+    /// Issue 14's targets (issue 12's), at batch 16.
+    fn targets(&self) -> Vec<Target> {
         vec![
-            target(
+            ratio_target(
+                "#14",
                 "LOCK.GUARD SET, batch 16, throughput vs SET",
-                self.vs(1, 16).0.median,
-                ">=",
+                self.table.vs(GUARD, SET, 16).0,
                 0.75,
-                "×",
             ),
-            target(
+            ratio_target(
+                "#14",
                 "LOCK.GUARD SET, batch 16, throughput vs Lua guarded SET",
-                self.vs(2, 16).0.median,
-                ">=",
+                self.table.vs(GUARD, LUA, 16).0,
                 2.0,
-                "×",
             ),
         ]
+    }
+
+    fn summary(&self) -> Vec<SummaryRow> {
+        let (set16, lua16) = (
+            self.table.vs(GUARD, SET, 16).0,
+            self.table.vs(GUARD, LUA, 16).0,
+        );
+        let (set1, lua1) = (
+            self.table.vs(GUARD, SET, 1).0,
+            self.table.vs(GUARD, LUA, 1).0,
+        );
+        vec![row(
+            "`LOCK.GUARD k f SET x v`, batch 16",
+            format!("{} /s", thousands(self.table.find(GUARD, 16).rate())),
+            format!(
+                "{} a plain `SET`, {} the Lua guarded write (batch 1: {:.2}× and {:.2}×)",
+                set16.show(),
+                lua16.show(),
+                set1.median,
+                lua1.median
+            ),
+        )]
+    }
+
+    fn errors(&self) -> u64 {
+        self.table.errors()
     }
 }

@@ -3,26 +3,31 @@
 #[allow(unused_imports)]
 use crate::*;
 
-// Workload 6: memory per held lock, and throughput with many locks held.
-
 pub(crate) struct MemRow {
     pub(crate) label: &'static str,
     pub(crate) bytes_per_lock: f64,
 }
 
-pub(crate) fn run_memory(srv: &Server, plan: &Plan) -> (Vec<MemRow>, f64) {
-    eprintln!("6. Memory per held lock ({} locks)", plan.mem_locks);
-    let mut con = srv.connect();
-    let n = plan.mem_locks;
+/// Workload 6a's results: the rows (string lock first, the module's last), and what FLUSHALL
+/// leaves of the module's locks, per lock.
+struct Memory {
+    rows: Vec<MemRow>,
+    residual: f64,
+    locks: usize,
+}
+
+pub(crate) fn run_memory(ctx: &Ctx) -> Box<dyn Outcome> {
+    let n = ctx.plan.mem_locks;
+    eprintln!("6a. Memory per held lock ({n} locks)");
+    let mut con = ctx.srv.conn();
+    let mut pipe = Pipe::open(ctx.srv);
     let hold = HOLD_TTL_MS.to_string();
     let tokens: Vec<String> = (0..n).map(|_| uuid::Uuid::new_v4().to_string()).collect();
     let key = |i: usize| format!("lock:{i:012}");
     let mut measure = |label: &'static str, per_item: usize, make: &dyn Fn(usize, &mut Vec<u8>)| {
         flushall(&mut con);
         let before = used_memory(&mut con);
-        load(&mut con, 0..n, per_item, make, |v| {
-            matches!(v, Value::Okay | Value::Int(_))
-        });
+        load(&mut pipe, 0..n, per_item, make, held_reply);
         let after = used_memory(&mut con);
         MemRow {
             label,
@@ -49,20 +54,95 @@ pub(crate) fn run_memory(srv: &Server, plan: &Plan) -> (Vec<MemRow>, f64) {
     flushall(&mut con);
     let after_flush = used_memory(&mut con);
     let residual = (after_flush - (before_flush - held)) / n as f64;
-    (rows, residual)
+    Box::new(Memory {
+        rows,
+        residual,
+        locks: n,
+    })
 }
+
+impl Memory {
+    /// Row `i` over the string lock.
+    fn ratio(&self, i: usize) -> f64 {
+        self.rows[i].bytes_per_lock / self.rows[0].bytes_per_lock
+    }
+}
+
+impl Outcome for Memory {
+    fn print(&self) {
+        println!(
+            "\n6a. Memory per held lock ({} locks, used_memory delta)",
+            thousands(self.locks as f64)
+        );
+        for (i, m) in self.rows.iter().enumerate() {
+            println!(
+                "  {:<36} {:>8.1} bytes/lock  {:.2}× string lock",
+                m.label,
+                m.bytes_per_lock,
+                self.ratio(i)
+            );
+        }
+        println!(
+            "  left after FLUSHALL of the module's locks: {:.1} bytes/lock (until their lease \
+             deadlines)",
+            self.residual
+        );
+    }
+
+    fn json(&self) -> (&'static str, Json) {
+        let rows = self.rows.iter().enumerate().map(|(i, m)| {
+            obj(vec![
+                ("name", m.label.into()),
+                ("bytes_per_lock", m.bytes_per_lock.into()),
+                ("ratio_to_string_lock", self.ratio(i).into()),
+            ])
+        });
+        let part = obj(vec![
+            ("locks", (self.locks as u64).into()),
+            ("rows", Json::Arr(rows.collect())),
+            ("left_after_flushall_bytes_per_lock", self.residual.into()),
+        ]);
+        ("memory", part)
+    }
+
+    fn targets(&self) -> Vec<Target> {
+        let what = "memory per held lock vs string lock";
+        vec![target("#14", what, self.ratio(2), "<=", 1.0, "×")]
+    }
+
+    fn summary(&self) -> Vec<SummaryRow> {
+        vec![row(
+            format!("memory per held lock ({})", thousands(self.locks as f64)),
+            format!("{:.1} bytes", self.rows[2].bytes_per_lock),
+            format!(
+                "{:.2}× a `SET NX PX` string lock (string lock + fence key: {:.2}×)",
+                self.ratio(2),
+                self.ratio(1)
+            ),
+        )]
+    }
+
+    fn errors(&self) -> u64 {
+        0
+    }
+}
+
+/// Workload 6b's results: LOCK few, LOCK many, floor few, floor many.
+struct Held(Table);
 
 /// The cycle at batch 16 with few, then many, locks held: module cycles among held module
 /// locks, and (for reference: how much Redis itself slows down with a bigger keyspace) floor
 /// cycles among as many held string locks, each from an emptied keyspace.
-pub(crate) fn run_held(srv: &Server, s: &Scripts, plan: &Plan) -> Table {
+pub(crate) fn run_held(ctx: &Ctx) -> Box<dyn Outcome> {
+    let (srv, s, plan) = (ctx.srv, ctx.s, ctx.plan);
     let title = format!(
         "6b. Cycle at batch 16 with {} vs {} locks held",
         thousands(plan.few_held as f64),
         thousands(plan.many_held as f64)
     );
     eprintln!("{title}");
-    let mut con = srv.connect();
+    let mut con = srv.conn();
+    let mut pipe = Pipe::open(srv);
     let hold = HOLD_TTL_MS.to_string();
     let token = uuid::Uuid::new_v4().to_string();
     let mut measure = |label: &str, op: Op, few: &mut Measured, many: &mut Measured| {
@@ -75,9 +155,7 @@ pub(crate) fn run_held(srv: &Server, s: &Scripts, plan: &Plan) -> Table {
                     _ => push_cmd(b, &["SET", &key, &token, "NX", "PX", &hold]),
                 }
             };
-            load(&mut con, range, 1, make, |v| {
-                matches!(v, Value::Okay | Value::Int(_))
-            });
+            load(&mut pipe, range, 1, make, held_reply);
         };
         hold_locks(0..plan.few_held);
         let label_few = format!("{label}, {} held", thousands(plan.few_held as f64));
@@ -108,29 +186,49 @@ pub(crate) fn run_held(srv: &Server, s: &Scripts, plan: &Plan) -> Table {
         );
     }
     flushall(&mut con);
-    Table {
+    let row = |m, short, vs| Row { m, short, vs };
+    Box::new(Held(Table {
         title,
         rows: vec![
-            Row {
-                m: lock_few,
-                short: "LOCK few",
-                vs: vec![],
-            },
-            Row {
-                m: lock_many,
-                short: "LOCK few",
-                vs: vec![0],
-            },
-            Row {
-                m: floor_few,
-                short: "floor few",
-                vs: vec![],
-            },
-            Row {
-                m: floor_many,
-                short: "floor few",
-                vs: vec![2],
-            },
+            row(lock_few, "LOCK few", vec![]),
+            row(lock_many, "LOCK few", vec![0]),
+            row(floor_few, "floor few", vec![]),
+            row(floor_many, "floor few", vec![2]),
         ],
+    }))
+}
+
+impl Held {
+    /// Many held against few, module (0) or floor (2), by paired rounds.
+    fn many_vs_few(&self, first: usize) -> Paired {
+        let rows = &self.0.rows;
+        Paired::of(&rows[first + 1].m.rounds, &rows[first].m.rounds)
+    }
+    fn sizes(&self) -> String {
+        let held = |i: usize| self.0.rows[i].m.label.rsplit(", ").next().unwrap_or("");
+        format!("{} vs {}", held(1), held(0))
+    }
+}
+
+impl Outcome for Held {
+    fn print(&self) {
+        self.0.print();
+    }
+    fn json(&self) -> (&'static str, Json) {
+        ("held_locks", self.0.json())
+    }
+    fn targets(&self) -> Vec<Target> {
+        let what = format!("cycle throughput, {}", self.sizes());
+        vec![ratio_target("#14", what, self.many_vs_few(0), 0.90)]
+    }
+    fn summary(&self) -> Vec<SummaryRow> {
+        vec![row(
+            format!("cycle with {}", self.sizes()),
+            self.many_vs_few(0).show(),
+            format!("the floor: {}", self.many_vs_few(2).show()),
+        )]
+    }
+    fn errors(&self) -> u64 {
+        self.0.errors()
     }
 }

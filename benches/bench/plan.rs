@@ -5,7 +5,7 @@ use crate::*;
 
 // Sizes and durations (the full run; BENCH_QUICK=1 divides them by about 10).
 
-/// Connections of the uncontended workloads (1, 2, 3, 6).
+/// Connections of the throughput workloads (1, 2, 3, 6b, 7, 8, 10).
 pub(crate) const CONNS: usize = 4;
 /// Batch sizes (pipeline depths) of the uncontended workloads.
 pub(crate) const DEPTHS: [usize; 2] = [1, 16];
@@ -57,14 +57,14 @@ pub(crate) const LUA_GUARDED_SET: &str = "if redis.call('get',KEYS[1]) and \
 pub(crate) const LUA_RELEASE_PUBLISH: &str = "if redis.call('get',KEYS[1])==ARGV[1] then \
      redis.call('del',KEYS[1]) redis.call('publish',ARGV[2],'released') return 1 else return 0 end";
 
-/// Workloads that `BENCH_ONLY` can select.
-pub(crate) const ONLY_CHOICES: [&str; 3] = ["guard", "shared", "semaphore"];
-
-/// The run's sizes, shrunk for `BENCH_QUICK=1`, and the workload `BENCH_ONLY` selects.
+/// The run's sizes, shrunk for `BENCH_QUICK=1`, and the workloads `BENCH_ONLY` selects.
 pub(crate) struct Plan {
     pub(crate) quick: bool,
-    /// `BENCH_ONLY=guard|shared|semaphore`: run only that workload (and its targets).
-    pub(crate) only: Option<String>,
+    /// `BENCH_ONLY=name,name,…`: run only these workloads (and their targets); empty: all.
+    pub(crate) only: Vec<String>,
+    /// Whether the pipelined phases' connections busy-poll (`Pipe::spinning`): when the
+    /// client has a CPU of its own.
+    pub(crate) spin: bool,
     pub(crate) phase: Duration,
     pub(crate) warmup: Duration,
     pub(crate) contended: Duration,
@@ -75,19 +75,27 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
-    pub(crate) fn from_env() -> Plan {
+    /// The plan from the environment; `names` are the workloads `BENCH_ONLY` may name.
+    pub(crate) fn from_env(names: &[&str]) -> Plan {
         let quick = std::env::var("BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
         let div = if quick { 10 } else { 1 };
-        let only = std::env::var("BENCH_ONLY").ok().filter(|v| !v.is_empty());
-        if let Some(o) = &only {
+        let only: Vec<String> = std::env::var("BENCH_ONLY")
+            .unwrap_or_default()
+            .split(',')
+            .map(|w| w.trim().to_string())
+            .filter(|w| !w.is_empty())
+            .collect();
+        for w in &only {
             assert!(
-                ONLY_CHOICES.contains(&o.as_str()),
-                "BENCH_ONLY={o}: expected one of {ONLY_CHOICES:?}"
+                names.contains(&w.as_str()),
+                "BENCH_ONLY: unknown workload {w:?}; expected a comma-separated list of {}",
+                names.join(", ")
             );
         }
         Plan {
             quick,
             only,
+            spin: false,
             phase: PHASE / div,
             warmup: WARMUP / div,
             contended: CONTENDED_RUN / div,
@@ -96,5 +104,10 @@ impl Plan {
             few_held: FEW_HELD,
             many_held: MANY_HELD / div as usize,
         }
+    }
+
+    /// Whether workload `name` runs.
+    pub(crate) fn runs(&self, name: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|w| w == name)
     }
 }

@@ -13,7 +13,7 @@ pub(crate) fn profile(srv: &Server, s: &Scripts, plan: &Plan, which: &str) {
         .and_then(|v| v.parse().ok())
         .unwrap_or(20);
     if let Some(op) = GuardOp::from_name(which) {
-        println!("server pid {}", srv.child.id());
+        println!("server pid {}", srv.pid().unwrap_or(0));
         let phase = Duration::from_secs(secs);
         let m = run_guard_phase(srv, s, plan, phase, (which, op, 16));
         println!(
@@ -43,7 +43,7 @@ pub(crate) fn profile(srv: &Server, s: &Scripts, plan: &Plan, which: &str) {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
     if held > 0 {
-        let mut con = srv.connect();
+        let mut pipe = Pipe::open(srv);
         let hold = HOLD_TTL_MS.to_string();
         let make = |i: usize, b: &mut Vec<u8>| {
             let key = format!("held:{i:09}");
@@ -54,11 +54,9 @@ pub(crate) fn profile(srv: &Server, s: &Scripts, plan: &Plan, which: &str) {
                 _ => push_cmd(b, &["SET", &key, "holder", "NX", "PX", &hold]),
             }
         };
-        load(&mut con, 0..held, 1, make, |v| {
-            matches!(v, Value::Okay | Value::Int(_))
-        });
+        load(&mut pipe, 0..held, 1, make, held_reply);
     }
-    println!("server pid {}", srv.child.id());
+    println!("server pid {}", srv.pid().unwrap_or(0));
     let m = run_phase(srv, s, plan, Duration::from_secs(secs), (which, op, 16));
     println!(
         "{which}: {:.0} ops/s, server {:.3} µs CPU/op",

@@ -40,6 +40,50 @@ pub(crate) fn ratio(x: f64) -> String {
     }
 }
 
+/// The steps of a workload's check, each as (what was done, what came back).
+pub(crate) fn print_check(before: &str, steps: &[(String, String)]) {
+    println!("  check (once, before {before}):");
+    for (what, reply) in steps {
+        println!("    {what:<54} -> {reply}");
+    }
+}
+
+/// The steps of a check, each as `{"step": …, <outcome>: …}`.
+pub(crate) fn check_json(steps: &[(String, String)], outcome: &str) -> Json {
+    let steps = steps.iter().map(|(what, reply)| {
+        Json::Obj(vec![
+            ("step".into(), what.as_str().into()),
+            (outcome.into(), reply.as_str().into()),
+        ])
+    });
+    Json::Arr(steps.collect())
+}
+
+/// The summary table in Markdown, ready for the README, with the machine and the command.
+pub(crate) fn print_summary(rows: &[SummaryRow], machine: &Machine, plan: &Plan) {
+    let quick = if plan.quick {
+        " — BENCH_QUICK: a short smoke run, noisy"
+    } else {
+        ""
+    };
+    println!(
+        "
+Summary (Markdown; ratios: median of paired rounds [lowest–highest round]){quick}
+"
+    );
+    println!("| workload | measured | vs baseline [spread] |");
+    println!("| --- | --- | --- |");
+    for [what, measured, vs] in rows {
+        println!("| {what} | {measured} | {vs} |");
+    }
+    println!(
+        "
+{}; `{}`.",
+        machine.line(),
+        command_line()
+    );
+}
+
 /// Writes the results, with the time of the run, to `$BENCH_JSON` or `bench-results.json` at
 /// the crate root, after printing the total run time.
 pub(crate) fn write_results(mut fields: Vec<(&str, Json)>, began: Instant) {

@@ -109,43 +109,28 @@ fn release(con: &mut Connection, kind: SemKind, token: &str) -> Value {
     }
 }
 
-/// One client: acquire, hold `sem_work()`, release, until `end`. Acquisitions after `end`
-/// (clients still queued) are released but not counted; a wait cut off by `end` counts in the
-/// max wait only, as `end` − its start.
+/// One client: acquire, hold `sem_work()`, release, until `end`. A hand-off (for Lua; the
+/// module's come from `INFO lock`) is an acquisition after at least one refused try; a
+/// module wait that timed out counts as an error.
 fn sem_client(
     kind: SemKind,
     mut con: Connection,
     permits: &Permits,
     sha: &str,
-    (start, end): (Instant, Instant),
+    window: (Instant, Instant),
 ) -> ClientResult {
     let token = uuid::Uuid::new_v4().to_string();
-    // `handoffs`: acquisitions after at least one refused try (used for Lua; the module's
-    // hand-offs come from `INFO lock`).
-    let mut r = ClientResult {
-        acquisitions: 0,
-        handoffs: 0,
-        max_wait: Duration::ZERO,
-        waits: new_hist(),
-        errors: 0,
-    };
-    sleep_until(start);
-    'run: loop {
-        let began = Instant::now();
-        if began >= end {
-            break;
-        }
+    let acquire = |con: &mut Connection, r: &mut ClientResult| {
         let mut refused = 0u64;
         loop {
-            match (kind, try_acquire(&mut con, kind, sha, &token, true)) {
-                (SemKind::Wait, Value::Int(f)) if f > 0 => break,
-                (SemKind::Lua, Value::Int(1)) => break,
+            match (kind, try_acquire(con, kind, sha, &token, true)) {
+                (SemKind::Wait, Value::Int(f)) if f > 0 => return Some(refused),
+                (SemKind::Lua, Value::Int(1)) => return Some(refused),
                 (_, Value::Nil) => {
                     refused += 1;
                     r.errors += u64::from(kind == SemKind::Wait);
-                    if Instant::now() >= end {
-                        r.max_wait = r.max_wait.max(end - began);
-                        break 'run;
+                    if Instant::now() >= window.1 {
+                        return None;
                     }
                     if kind == SemKind::Lua {
                         thread::sleep(SEM_POLL);
@@ -154,21 +139,14 @@ fn sem_client(
                 (_, other) => panic!("{kind:?} acquire replied {other:?}"),
             }
         }
-        let got = Instant::now();
+    };
+    let hold = |con: &mut Connection, refused: u64| {
         permits.enter();
         thread::sleep(sem_work());
         permits.leave();
-        r.errors += u64::from(release(&mut con, kind, &token) != Value::Int(1));
-        if got < end {
-            r.acquisitions += 1;
-            r.handoffs += u64::from(refused > 0);
-            r.max_wait = r.max_wait.max(got - began);
-            r.waits.record(micros(got - began)).unwrap();
-        } else {
-            r.max_wait = r.max_wait.max(end - began);
-        }
-    }
-    r
+        (refused > 0, release(con, kind, &token) == Value::Int(1))
+    };
+    client_loop(&mut con, window, acquire, hold)
 }
 
 /// One scheme's results, summed over rounds: `c.handoffs` counts permits granted to a client
@@ -209,20 +187,21 @@ fn server_holders(con: &mut Connection, kind: SemKind) -> i64 {
 /// holder count about every millisecond (the check run).
 fn sem_round(srv: &Server, sha: &str, secs: Duration, scheme: usize, sample: bool) -> SemRun {
     let (label, short, kind) = SEM_SCHEMES[scheme];
-    let mut probe = srv.connect();
+    let mut probe = srv.conn();
     flushall(&mut probe);
     let permits = Permits::default();
-    let clients: Vec<Connection> = (0..SEM_CLIENTS).map(|_| srv.connect()).collect();
-    let sampler = sample.then(|| srv.connect());
+    let clients: Vec<Connection> = (0..SEM_CLIENTS).map(|_| srv.conn()).collect();
+    let sampler = sample.then(|| srv.conn());
     let start = Instant::now() + Duration::from_millis(100);
     let end = start + secs;
-    let grants = |probe: &mut Connection| info_field(probe, "lock", "lock_grants") as u64;
-    let (results, cpu, granted, server_max) = thread::scope(|scope| {
-        let permits = &permits;
-        let handles: Vec<_> = clients
-            .into_iter()
-            .map(|con| scope.spawn(move || sem_client(kind, con, permits, sha, (start, end))))
-            .collect();
+    let cpu_and_grants = |probe: &mut Connection| {
+        (
+            server_cpu(probe),
+            info_field(probe, "lock", "lock_grants") as u64,
+        )
+    };
+    let client = |_, con| sem_client(kind, con, &permits, sha, (start, end));
+    let (results, (c0, g0), (c1, g1), server_max) = thread::scope(|scope| {
         let sampler = sampler.map(|mut con| {
             scope.spawn(move || {
                 let mut max = 0;
@@ -233,36 +212,19 @@ fn sem_round(srv: &Server, sha: &str, secs: Duration, scheme: usize, sample: boo
                 max
             })
         });
-        sleep_until(start);
-        let (c0, g0) = (server_cpu(&mut probe), grants(&mut probe));
-        sleep_until(end);
-        let (c1, g1) = (server_cpu(&mut probe), grants(&mut probe));
-        let results: Vec<ClientResult> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-        let server_max = sampler.map(|h| h.join().unwrap());
-        (results, c1 - c0, g1 - g0, server_max)
+        let window = (start, end);
+        let (results, s0, s1) = run_clients(&mut probe, clients, window, client, cpu_and_grants);
+        (results, s0, s1, sampler.map(|h| h.join().unwrap()))
     });
     // Everyone has released: nothing may be left of the semaphore.
     let left = call(&mut probe, &["EXISTS", SEM_KEY]) != Value::Int(0);
-    let mut c = Contended {
-        label,
-        short,
-        secs: secs.as_secs_f64(),
-        per_client: results.iter().map(|c| c.acquisitions).collect(),
-        handoffs: match kind {
-            SemKind::Wait => granted,
-            SemKind::Lua => results.iter().map(|c| c.handoffs).sum(),
-        },
-        max_wait: results.iter().map(|c| c.max_wait).max().unwrap_or_default(),
-        waits: new_hist(),
-        violations: permits.violations.load(SeqCst),
-        errors: results.iter().map(|c| c.errors).sum::<u64>() + u64::from(left),
-        cpu_secs: cpu,
-        rounds: Vec::new(),
-    };
-    for r in &results {
-        c.waits.add(&r.waits).unwrap();
+    let mut c = Contended::from_clients((label, short), secs, &results, c1 - c0);
+    if kind == SemKind::Wait {
+        c.handoffs = g1 - g0;
     }
-    c.rounds.push(c.handoff_rate());
+    c.violations = permits.violations.load(SeqCst);
+    c.errors += u64::from(left);
+    c.close_round();
     let mut r = SemRun {
         c,
         max_held: permits.max.load(SeqCst),
@@ -278,7 +240,7 @@ fn sem_round(srv: &Server, sha: &str, secs: Duration, scheme: usize, sample: boo
 /// count reaches 4 and never exceeds it, the server's count (sampled) never exceeds 4, and
 /// nothing is left. Returns (what, outcome) steps; panics otherwise.
 fn check_semaphore(srv: &Server, sha: &str, secs: Duration) -> Vec<(String, String)> {
-    let mut con = srv.connect();
+    let mut con = srv.conn();
     flushall(&mut con);
     let mut steps = Vec::new();
     let acquire = |con: &mut Connection, kind, token| try_acquire(con, kind, sha, token, false);
@@ -355,12 +317,10 @@ pub(crate) struct Semaphore {
 }
 
 /// The check, then each scheme `FEW_ROUNDS` times interleaved (A B, B A, A B).
-pub(crate) fn run_semaphore(srv: &Server, plan: &Plan) -> Semaphore {
+pub(crate) fn run_semaphore(ctx: &Ctx) -> Box<dyn Outcome> {
+    let (srv, plan) = (ctx.srv, ctx.plan);
     eprintln!("9. Semaphore");
-    let sha = text(&call(
-        &mut srv.connect(),
-        &["SCRIPT", "LOAD", LUA_SEM_ACQUIRE],
-    ));
+    let sha = text(&call(&mut srv.conn(), &["SCRIPT", "LOAD", LUA_SEM_ACQUIRE]));
     let check_secs = (plan.contended / 4).max(Duration::from_millis(300));
     let check = check_semaphore(srv, &sha, check_secs);
     let mut runs: Vec<Option<SemRun>> = SEM_SCHEMES.iter().map(|_| None).collect();
@@ -384,10 +344,10 @@ pub(crate) fn run_semaphore(srv: &Server, plan: &Plan) -> Semaphore {
             }
         }
     }
-    Semaphore {
+    Box::new(Semaphore {
         runs: runs.into_iter().flatten().collect(),
         check,
-    }
+    })
 }
 
 impl Semaphore {
@@ -399,12 +359,14 @@ impl Semaphore {
             Paired::of(&a.round_grants, &b.round_grants),
         )
     }
+}
 
-    pub(crate) fn errors(&self) -> u64 {
+impl Outcome for Semaphore {
+    fn errors(&self) -> u64 {
         self.runs.iter().map(|r| r.c.errors).sum()
     }
 
-    pub(crate) fn print(&self) {
+    fn print(&self) {
         println!(
             "\n9. Semaphore: {SEM_CLIENTS} clients on one LIMIT {SEM_LIMIT} semaphore, each \
              acquire → hold {} µs → release (grant = an acquisition; hand-off = a permit granted \
@@ -433,25 +395,14 @@ impl Semaphore {
         let (handoffs, grants) = self.ratios();
         println!(
             "  WAIT/Lua, median of paired rounds [lowest–highest round] (spread): hand-offs/s \
-             {:.2}× [{:.2}–{:.2}] ({}), grants/s {:.2}× [{:.2}–{:.2}] ({})",
-            handoffs.median,
-            handoffs.min,
-            handoffs.max,
+             {} ({}), grants/s {} ({})",
+            handoffs.show(),
             percent(handoffs.spread()),
-            grants.median,
-            grants.min,
-            grants.max,
+            grants.show(),
             percent(grants.spread()),
         );
-        println!("  per-client acquisitions:");
-        for r in &self.runs {
-            let counts: Vec<String> = r.c.per_client.iter().map(|x| x.to_string()).collect();
-            println!("    {:<34} {}", r.c.short, counts.join(" "));
-        }
-        println!("  check (once, before the rounds):");
-        for (what, outcome) in &self.check {
-            println!("    {what:<54} -> {outcome}");
-        }
+        print_per_client(self.runs.iter().map(|r| &r.c));
+        print_check("the rounds", &self.check);
         for r in self.runs.iter().filter(|r| r.c.errors > 0) {
             println!(
                 "  !! {}: {} failed releases, wait timeouts or a semaphore left behind",
@@ -460,7 +411,7 @@ impl Semaphore {
         }
     }
 
-    pub(crate) fn json(&self) -> Json {
+    fn json(&self) -> (&'static str, Json) {
         let runs = self.runs.iter().map(|r| {
             let mut j = r.c.json(&[]);
             if let Json::Obj(fields) = &mut j {
@@ -471,36 +422,31 @@ impl Semaphore {
             }
             j
         });
-        let check = self.check.iter().map(|(what, outcome)| {
-            obj(vec![
-                ("step", what.as_str().into()),
-                ("outcome", outcome.as_str().into()),
-            ])
-        });
         let (handoffs, grants) = self.ratios();
-        obj(vec![
+        let part = obj(vec![
             ("clients", (SEM_CLIENTS as u64).into()),
             ("limit", SEM_LIMIT.into()),
             ("work_us", (sem_work().as_micros() as u64).into()),
             ("runs", Json::Arr(runs.collect())),
             ("handoff_ratio_wait_vs_lua", handoffs.json()),
             ("grant_ratio_wait_vs_lua", grants.json()),
-            ("check", Json::Arr(check.collect())),
-        ])
+            ("check", check_json(&self.check, "outcome")),
+        ]);
+        ("semaphore", part)
     }
 
-    /// Issue 13's targets for the semaphore.
-    pub(crate) fn targets(&self) -> Vec<Target> {
+    /// Issue 14's target for the semaphore, and issue 13's bound on holders.
+    fn targets(&self) -> Vec<Target> {
         let violations: u64 = self.runs.iter().map(|r| r.c.violations).sum();
         vec![
-            target(
+            ratio_target(
+                "#14",
                 "semaphore hand-offs/s vs Lua ZSET semaphore",
-                self.ratios().0.median,
-                ">=",
+                self.ratios().0,
                 3.0,
-                "×",
             ),
             target(
+                "#13",
                 "semaphore violations, more than 4 holders (both)",
                 violations as f64,
                 "<=",
@@ -508,5 +454,35 @@ impl Semaphore {
                 "",
             ),
         ]
+    }
+
+    fn summary(&self) -> Vec<SummaryRow> {
+        let (wait, lua) = (&self.runs[0], &self.runs[1]);
+        let (handoffs, grants) = self.ratios();
+        vec![row(
+            format!(
+                "semaphore: {SEM_CLIENTS} clients on `LIMIT {SEM_LIMIT}`, each holding {}",
+                match sem_work().as_micros() {
+                    us if us % 1000 == 0 => format!("{} ms", us / 1000),
+                    us => format!("{us} µs"),
+                }
+            ),
+            format!(
+                "{} hand-offs/s; wait p99 {}, max {}; fairness {:.4}; at most {} holders",
+                thousands(wait.c.handoff_rate()),
+                ms(wait.c.waits.value_at_quantile(0.99)),
+                ms(micros(wait.c.max_wait)),
+                wait.c.fairness(),
+                wait.max_held
+            ),
+            format!(
+                "{} the hand-offs of a Lua ZSET semaphore polling every 1 ms (its max wait {}, \
+                 fairness {:.4}); grants/s {}",
+                handoffs.show(),
+                ms(micros(lua.c.max_wait)),
+                lua.c.fairness(),
+                grants.show()
+            ),
+        )]
     }
 }

@@ -73,26 +73,21 @@ impl SharedOp {
         }
     }
 
-    /// The replies of a step that are not what a working lock replies: an acquire a fence
-    /// (on one key, each above the one before, as every new hold gets a new fence; the floor
-    /// `OK`), a release 1.
-    fn unexpected(self, step: usize, replies: &[Value]) -> u64 {
+    /// Reads the `n` replies of a step; returns those that are not what a working lock
+    /// replies: an acquire a fence (on one key, each above the one before, as every new hold
+    /// gets a new fence; the floor `OK`), a release 1.
+    fn unexpected(self, step: usize, pipe: &mut Pipe, n: usize) -> u64 {
         let mut last = 0;
-        let mut bad = 0;
-        for v in replies {
-            let ok = match (self, step, v) {
-                (SharedOp::Floor, 0, v) => *v == Value::Okay,
-                (_, 0, Value::Int(f)) => {
-                    let increasing = self != SharedOp::One || *f > last;
-                    last = *f;
-                    *f > 0 && increasing
-                }
-                (_, 0, _) => false,
-                (_, _, v) => *v == Value::Int(1),
-            };
-            bad += u64::from(!ok);
-        }
-        bad
+        pipe.replies(n, |_, r| match (self, step, r.int()) {
+            (SharedOp::Floor, 0, _) => r.is_ok(),
+            (_, 0, Some(f)) => {
+                let increasing = self != SharedOp::One || f > last;
+                last = f;
+                f > 0 && increasing
+            }
+            (_, 0, None) => false,
+            (_, _, v) => v == Some(1),
+        })
     }
 }
 
@@ -109,13 +104,14 @@ fn batch_tokens(op: SharedOp, depth: usize) -> Vec<String> {
 }
 
 /// One batch: every acquire pipelined, then every release; the count of unexpected replies.
-fn batch(con: &mut Connection, op: SharedOp, keys: &[String], tokens: &[String]) -> u64 {
+fn batch(pipe: &mut Pipe, op: SharedOp, keys: &[String], tokens: &[String]) -> u64 {
     let mut buf = Vec::with_capacity(4096);
     let mut bad = 0;
     for step in 0..2 {
         buf.clear();
         op.encode(step, keys, tokens, &mut buf);
-        bad += op.unexpected(step, &pipeline(con, &buf, keys.len()));
+        pipe.send(&buf);
+        bad += op.unexpected(step, pipe, keys.len());
     }
     bad
 }
@@ -125,33 +121,18 @@ pub(crate) fn drive_shared(
     op: SharedOp,
     depth: usize,
     t: usize,
-    mut con: Connection,
+    mut pipe: Pipe,
     w: Window,
 ) -> ThreadResult {
     let tokens = batch_tokens(op, depth);
-    let mut r = ThreadResult {
-        ops: 0,
-        errors: 0,
-        hist: new_hist(),
-    };
     let mut keys: Vec<String> = Vec::with_capacity(depth);
     let mut n = 0u64;
-    loop {
-        let began = Instant::now();
-        if began >= w.end {
-            break;
-        }
+    ThreadResult::run(w, depth, || {
         keys.clear();
         keys.extend((0..depth as u64).map(|i| op.key(t, n + i)));
         n += depth as u64;
-        r.errors += batch(&mut con, op, &keys, &tokens);
-        let done = Instant::now();
-        if done >= w.start && done < w.end {
-            r.ops += depth as u64;
-            r.hist.record(micros(done - began)).unwrap();
-        }
-    }
-    r
+        batch(&mut pipe, op, &keys, &tokens)
+    })
 }
 
 /// `LOCK.INFO`'s reply (a flat array in RESP2, a map in RESP3) as (field, value) pairs.
@@ -193,7 +174,8 @@ pub(crate) fn mode_and_holders(con: &mut Connection, key: &str) -> (String, i64)
 /// variant, through the very code the phases run, gets only expected replies. Panics
 /// otherwise.
 pub(crate) fn check_shared(srv: &Server) -> Vec<(String, String)> {
-    let mut con = srv.connect();
+    let mut con = srv.conn();
+    let mut pipe = Pipe::open(srv);
     flushall(&mut con);
     let ttl = TTL_MS.to_string();
     let mut steps = Vec::new();
@@ -252,7 +234,7 @@ pub(crate) fn check_shared(srv: &Server) -> Vec<(String, String)> {
     for (label, _, op, _) in SHARED_VARIANTS {
         let tokens = batch_tokens(op, 16);
         let keys: Vec<String> = (0..16).map(|i| op.key(0, i)).collect();
-        let bad = batch(&mut con, op, &keys, &tokens);
+        let bad = batch(&mut pipe, op, &keys, &tokens);
         assert_eq!(bad, 0, "{label}: unexpected replies in a batch of 16");
         let left = call(&mut con, &["DBSIZE"]);
         assert_eq!(left, Value::Int(0), "{label}: keys left after a batch");
@@ -279,34 +261,34 @@ pub(crate) struct SharedCycle {
 }
 
 /// The check, then `SHARED_VARIANTS` at each depth, `ROUNDS` rounds interleaved.
-pub(crate) fn run_shared(srv: &Server, plan: &Plan) -> SharedCycle {
+pub(crate) fn run_shared(ctx: &Ctx) -> Box<dyn Outcome> {
+    let (srv, plan) = (ctx.srv, ctx.plan);
     let title = "8. Shared acquire+release cycle vs the floor (op = 1 cycle)";
     let check = check_shared(srv);
-    let names: Vec<_> = SHARED_VARIANTS
-        .iter()
-        .map(|&(label, short, _, vs)| (label, short, vs))
-        .collect();
-    let table = table_with(srv, title, &names, |i, depth| {
-        let (label, _, op, _) = SHARED_VARIANTS[i];
-        run_threads(srv, plan, plan.phase, (label, depth), |t, con, w| {
-            drive_shared(op, depth, t, con, w)
+    let table = table_with(srv, title, &DEPTHS, &SHARED_VARIANTS, |op, label, depth| {
+        run_threads(srv, plan, plan.phase, (label, depth), |t, pipe, w| {
+            drive_shared(op, depth, t, pipe, w)
         })
     });
-    SharedCycle { table, check }
+    Box::new(SharedCycle { table, check })
 }
 
-impl SharedCycle {
-    /// Variant `i` against the floor at `depth`: (throughput, server CPU per op).
-    pub(crate) fn vs_floor(&self, i: usize, depth: usize) -> (Paired, Paired) {
-        let a = self.table.find(SHARED_VARIANTS[i].0, depth);
-        let b = self.table.find(SHARED_VARIANTS[3].0, depth);
-        (
-            Paired::of(&a.rounds, &b.rounds),
-            Paired::of(&b.round_cpu, &a.round_cpu),
-        )
-    }
+const OWN: &str = SHARED_VARIANTS[0].0;
+const ONE: &str = SHARED_VARIANTS[1].0;
+const FLOOR: &str = SHARED_VARIANTS[3].0;
 
-    pub(crate) fn print(&self) {
+impl SharedCycle {
+    fn comparisons(&self) -> Comparisons<'_> {
+        Comparisons {
+            table: &self.table,
+            pairs: &[(OWN, FLOOR), (ONE, FLOOR), (SHARED_VARIANTS[2].0, FLOOR)],
+            depths: &DEPTHS,
+        }
+    }
+}
+
+impl Outcome for SharedCycle {
+    fn print(&self) {
         self.table.print();
         println!(
             "  (own keys: each cycle creates and removes a key of the connection's, as the floor \
@@ -314,76 +296,57 @@ impl SharedCycle {
              up to {} shared holds coexist)",
             CONNS * 16
         );
-        println!("  check (once, before the phases):");
-        for (what, reply) in &self.check {
-            println!("    {what:<54} -> {reply}");
-        }
-        println!(
-            "  vs floor, median of paired rounds [lowest–highest round] (spread of the ratio):"
-        );
-        for depth in DEPTHS {
-            for (i, &(_, short, _, _)) in SHARED_VARIANTS[..3].iter().enumerate() {
-                let (thr, cpu) = self.vs_floor(i, depth);
-                println!(
-                    "    {:<12} batch {depth:>2}: throughput {:.2}× [{:.2}–{:.2}] ({}), \
-                     server CPU/op {:.2}× [{:.2}–{:.2}]",
-                    short,
-                    thr.median,
-                    thr.min,
-                    thr.max,
-                    percent(thr.spread()),
-                    cpu.median,
-                    cpu.min,
-                    cpu.max,
-                );
-            }
-        }
+        print_check("the phases", &self.check);
+        self.comparisons().print();
     }
 
-    pub(crate) fn json(&self) -> Json {
-        let check = self.check.iter().map(|(what, reply)| {
-            obj(vec![
-                ("step", what.as_str().into()),
-                ("reply", reply.as_str().into()),
-            ])
-        });
-        let mut ratios = Vec::new();
-        for depth in DEPTHS {
-            for (i, &(label, _, _, _)) in SHARED_VARIANTS[..3].iter().enumerate() {
-                let (thr, cpu) = self.vs_floor(i, depth);
-                ratios.push(obj(vec![
-                    ("variant", label.into()),
-                    ("baseline", SHARED_VARIANTS[3].0.into()),
-                    ("pipeline", (depth as u64).into()),
-                    ("throughput", thr.json()),
-                    ("server_cpu", cpu.json()),
-                ]));
-            }
-        }
-        obj(vec![
+    fn json(&self) -> (&'static str, Json) {
+        let part = obj(vec![
             ("table", self.table.json()),
-            ("check", Json::Arr(check.collect())),
-            ("ratios_to_floor", Json::Arr(ratios)),
-        ])
+            ("check", check_json(&self.check, "reply")),
+            ("ratios_to_floor", self.comparisons().json()),
+        ]);
+        ("shared_cycle", part)
     }
 
-    /// Issue 13's target for the shared cycle, at batch 16, on both kinds of key.
-    pub(crate) fn targets(&self) -> Vec<Target> {
+    /// Issue 14's target for the shared cycle (issue 13's), at batch 16, on both kinds of key.
+    fn targets(&self) -> Vec<Target> {
         vec![
-            target(
+            ratio_target(
+                "#14",
                 "shared cycle, own keys, batch 16, throughput vs floor",
-                self.vs_floor(0, 16).0.median,
-                ">=",
+                self.table.vs(OWN, FLOOR, 16).0,
                 0.90,
-                "×",
             ),
-            target(
+            ratio_target(
+                "#14",
                 "shared cycle, one key, batch 16, throughput vs floor",
-                self.vs_floor(1, 16).0.median,
-                ">=",
+                self.table.vs(ONE, FLOOR, 16).0,
                 0.90,
-                "×",
             ),
         ]
+    }
+
+    fn summary(&self) -> Vec<SummaryRow> {
+        let (own, one) = (self.table.find(OWN, 16), self.table.find(ONE, 16));
+        vec![row(
+            "`LOCK.ACQUIRE … SHARED` + `LOCK.RELEASE`, batch 16",
+            format!(
+                "{} cycles/s on its own keys; {} with all connections on one key (up to {} \
+                 holds at once)",
+                thousands(own.rate()),
+                thousands(one.rate()),
+                CONNS * 16
+            ),
+            format!(
+                "{} and {} the native floor",
+                self.table.vs(OWN, FLOOR, 16).0.show(),
+                self.table.vs(ONE, FLOOR, 16).0.show()
+            ),
+        )]
+    }
+
+    fn errors(&self) -> u64 {
+        self.table.errors()
     }
 }

@@ -1,9 +1,8 @@
-//! Throughput phases (workloads 1, 2, 3 and 6): ops, driving threads, measuring, tables.
+//! Throughput phases (workloads 1, 2, 3, 6b and 10): what an op sends, the connections'
+//! loops, and one measured phase.
 
 #[allow(unused_imports)]
 use crate::*;
-
-// Throughput phases (workloads 1, 2, 3, 6): CONNS threads, one connection each.
 
 /// What one op of a throughput phase sends.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -34,38 +33,48 @@ impl Op {
         }
     }
 
+    /// Whether every op sends the same commands (so a batch is encoded once).
+    fn fixed(self) -> bool {
+        matches!(self, Op::LockInfo | Op::Get)
+    }
+
     /// The key of op number `n` of connection `t`: cycles go round a keyspace, fresh-key ops
     /// never repeat a key, reads read one key.
     pub(crate) fn key(self, t: usize, n: u64) -> String {
+        let mut k = String::new();
+        self.write_key(t, n, &mut k);
+        k
+    }
+
+    fn write_key(self, t: usize, n: u64, out: &mut String) {
         let i = match self {
             Op::LockAcquire | Op::SetNx => n,
             Op::LockInfo | Op::Get => 0,
             _ => n % KEYSPACE,
         };
-        format!("lk:{t}:{i:09}")
+        out.clear();
+        write!(out, "lk:{t}:{i:09}").unwrap();
     }
 
     pub(crate) fn encode(
         self,
         step: usize,
-        key: &str,
-        token: &str,
+        (key, token, ttl): (&str, &str, &str),
         s: &Scripts,
         buf: &mut Vec<u8>,
     ) {
-        let ttl = TTL_MS.to_string();
         match (self, step) {
             (Op::LockCycle | Op::LockAcquire, 0) => {
-                push_cmd(buf, &["LOCK.ACQUIRE", key, token, &ttl])
+                push_cmd(buf, &["LOCK.ACQUIRE", key, token, ttl])
             }
             (Op::LockCycle, _) => push_cmd(buf, &["LOCK.RELEASE", key, token]),
-            (Op::LuaCycle | Op::SetNx, 0) => push_cmd(buf, &["SET", key, token, "NX", "PX", &ttl]),
-            (Op::FloorCycle, 0) => push_cmd(buf, &["SET", key, token, "PX", &ttl]),
+            (Op::LuaCycle | Op::SetNx, 0) => push_cmd(buf, &["SET", key, token, "NX", "PX", ttl]),
+            (Op::FloorCycle, 0) => push_cmd(buf, &["SET", key, token, "PX", ttl]),
             (Op::FloorCycle, _) => push_cmd(buf, &["DEL", key]),
             (Op::LuaFencedCycle, 0) => {
                 let fence_key = format!("{key}:fence");
                 let sha = &s.fenced_acquire;
-                push_cmd(buf, &["EVALSHA", sha, "2", key, &fence_key, token, &ttl])
+                push_cmd(buf, &["EVALSHA", sha, "2", key, &fence_key, token, ttl])
             }
             (Op::LuaCycle | Op::LuaFencedCycle, _) => {
                 push_cmd(buf, &["EVALSHA", &s.release, "1", key, token])
@@ -76,17 +85,15 @@ impl Op {
         }
     }
 
-    /// Whether `v` is the reply of a successful step (a lock taken, released, read).
-    pub(crate) fn accepts(self, step: usize, v: &Value) -> bool {
+    /// Whether `r` is the reply of a successful step (a lock taken, released, read).
+    pub(crate) fn accepts(self, step: usize, r: Reply) -> bool {
         match (self, step) {
-            (Op::LockCycle | Op::LockAcquire | Op::LuaFencedCycle, 0) => {
-                matches!(v, Value::Int(f) if *f > 0)
-            }
-            (Op::LuaCycle | Op::FloorCycle | Op::SetNx, 0) => matches!(v, Value::Okay),
+            (Op::LockCycle | Op::LockAcquire | Op::LuaFencedCycle, 0) => r.is_fence(),
+            (Op::LuaCycle | Op::FloorCycle | Op::SetNx, 0) => r.is_ok(),
             // RESP2 flat array: 6 fields since shared holds (issue 13), 4 before.
-            (Op::LockInfo, _) => matches!(v, Value::Array(a) if a.len() == 12 || a.len() == 8),
-            (Op::Get, _) => matches!(v, Value::BulkString(_)),
-            (_, _) => matches!(v, Value::Int(1)),
+            (Op::LockInfo, _) => matches!(r.array_len(), Some(12 | 8)),
+            (Op::Get, _) => r.is_bulk(),
+            (_, _) => r.int() == Some(1),
         }
     }
 
@@ -100,7 +107,7 @@ impl Op {
     }
 }
 
-/// One measured phase.
+/// One measured phase, or the sum of its rounds.
 pub(crate) struct Measured {
     pub(crate) label: String,
     pub(crate) depth: usize,
@@ -108,6 +115,11 @@ pub(crate) struct Measured {
     pub(crate) secs: f64,
     pub(crate) hist: Histogram<u64>,
     pub(crate) cpu_secs: f64,
+    /// CPU time of the other servers probed (a replica), over the windows.
+    pub(crate) other_cpu_secs: f64,
+    /// Bytes added to the replication stream and to the AOF over the windows.
+    pub(crate) repl_bytes: f64,
+    pub(crate) aof_bytes: f64,
     pub(crate) errors: u64,
     /// ops/s of each round.
     pub(crate) rounds: Vec<f64>,
@@ -124,6 +136,9 @@ impl Measured {
             secs: 0.0,
             hist: new_hist(),
             cpu_secs: 0.0,
+            other_cpu_secs: 0.0,
+            repl_bytes: 0.0,
+            aof_bytes: 0.0,
             errors: 0,
             rounds: Vec::new(),
             round_cpu: Vec::new(),
@@ -134,6 +149,9 @@ impl Measured {
         self.ops += round.ops;
         self.secs += round.secs;
         self.cpu_secs += round.cpu_secs;
+        self.other_cpu_secs += round.other_cpu_secs;
+        self.repl_bytes += round.repl_bytes;
+        self.aof_bytes += round.aof_bytes;
         self.errors += round.errors;
         self.hist.add(&round.hist).unwrap();
         self.rounds.extend(round.rounds);
@@ -160,7 +178,7 @@ impl Measured {
         self.cpu_secs / self.secs
     }
     pub(crate) fn json(&self) -> Json {
-        obj(vec![
+        let mut fields = vec![
             ("name", self.label.as_str().into()),
             ("pipeline", (self.depth as u64).into()),
             ("ops", self.ops.into()),
@@ -178,7 +196,18 @@ impl Measured {
                 "round_ops_per_sec",
                 Json::Arr(self.rounds.iter().map(|&r| r.into()).collect()),
             ),
-        ])
+        ];
+        if self.repl_bytes > 0.0 {
+            let per_op = self.repl_bytes / self.ops as f64;
+            fields.push(("replication_bytes_per_op", per_op.into()));
+        }
+        if self.aof_bytes > 0.0 {
+            fields.push((
+                "aof_bytes_per_op",
+                (self.aof_bytes / self.ops as f64).into(),
+            ));
+        }
+        obj(fields)
     }
 }
 
@@ -195,63 +224,90 @@ pub(crate) struct ThreadResult {
     pub(crate) hist: Histogram<u64>,
 }
 
+impl ThreadResult {
+    pub(crate) fn new() -> ThreadResult {
+        ThreadResult {
+            ops: 0,
+            errors: 0,
+            hist: new_hist(),
+        }
+    }
+
+    /// Runs `batch` (which returns its unexpected replies) until the window ends, counting
+    /// the `depth` ops of each batch that ends inside the window.
+    pub(crate) fn run(w: Window, depth: usize, mut batch: impl FnMut() -> u64) -> ThreadResult {
+        let mut r = ThreadResult::new();
+        loop {
+            let began = Instant::now();
+            if began >= w.end {
+                break;
+            }
+            r.errors += batch();
+            let done = Instant::now();
+            if done >= w.start && done < w.end {
+                r.ops += depth as u64;
+                r.hist.record(micros(done - began)).unwrap();
+            }
+        }
+        r
+    }
+}
+
 /// One connection's loop: batches of `depth` ops until the window ends.
 pub(crate) fn drive(
     op: Op,
     depth: usize,
     t: usize,
-    mut con: Connection,
+    mut pipe: Pipe,
     s: &Scripts,
     w: Window,
 ) -> ThreadResult {
     let token = uuid::Uuid::new_v4().to_string();
-    let hold = HOLD_TTL_MS.to_string();
+    let (ttl, hold) = (TTL_MS.to_string(), HOLD_TTL_MS.to_string());
     let key0 = op.key(t, 0);
     match op {
-        Op::LockInfo => drop(call(&mut con, &["LOCK.ACQUIRE", &key0, &token, &hold])),
-        Op::Get => drop(call(&mut con, &["SET", &key0, &token, "PX", &hold])),
+        Op::LockInfo => drop(pipe.int(&["LOCK.ACQUIRE", &key0, &token, &hold])),
+        Op::Get => pipe.expect(&["SET", &key0, &token, "PX", &hold], |r| r.is_ok()),
         _ => {}
     }
-    let mut r = ThreadResult {
-        ops: 0,
-        errors: 0,
-        hist: new_hist(),
-    };
-    let mut buf = Vec::with_capacity(4096);
-    let mut keys: Vec<String> = Vec::with_capacity(depth);
+    let mut bufs: Vec<Vec<u8>> = vec![Vec::with_capacity(4096); op.steps()];
+    let mut keys: Vec<String> = vec![String::new(); depth];
     let mut n = 0u64;
-    loop {
-        let began = Instant::now();
-        if began >= w.end {
-            break;
+    let mut encode = |bufs: &mut [Vec<u8>], n: u64| {
+        for (i, k) in keys.iter_mut().enumerate() {
+            op.write_key(t, n + i as u64, k);
         }
-        keys.clear();
-        keys.extend((0..depth as u64).map(|i| op.key(t, n + i)));
-        n += depth as u64;
-        for step in 0..op.steps() {
+        for (step, buf) in bufs.iter_mut().enumerate() {
             buf.clear();
             for k in &keys {
-                op.encode(step, k, &token, s, &mut buf);
+                op.encode(step, (k, &token, &ttl), s, buf);
             }
-            let replies = pipeline(&mut con, &buf, depth);
-            r.errors += replies.iter().filter(|v| !op.accepts(step, v)).count() as u64;
         }
-        let done = Instant::now();
-        if done >= w.start && done < w.end {
-            r.ops += depth as u64;
-            r.hist.record(micros(done - began)).unwrap();
-        }
+    };
+    if op.fixed() {
+        encode(&mut bufs, 0);
     }
+    let r = ThreadResult::run(w, depth, || {
+        if !op.fixed() {
+            encode(&mut bufs, n);
+        }
+        n += depth as u64;
+        let mut bad = 0;
+        for (step, buf) in bufs.iter().enumerate() {
+            bad += pipe.round_trip(buf, depth, |_, r| op.accepts(step, r));
+        }
+        bad
+    });
     // Fresh-key ops leave their keys behind: remove them, unmeasured, so that the next phase
     // starts from an empty keyspace and an empty lease index.
     if matches!(op, Op::LockAcquire | Op::SetNx) {
         let token = &token;
         load(
-            &mut con,
+            &mut pipe,
             0..n as usize,
             1,
             |i, buf| op.cleanup(&op.key(t, i as u64), token, buf),
-            |v| matches!(v, Value::Int(1)),
+            |r| r.int() == Some(1),
         );
     }
     r
@@ -265,44 +321,64 @@ pub(crate) fn run_phase(
     phase: Duration,
     (label, op, depth): (&str, Op, usize),
 ) -> Measured {
-    run_threads(srv, plan, phase, (label, depth), |t, con, w| {
-        drive(op, depth, t, con, s, w)
+    run_threads(srv, plan, phase, (label, depth), |t, pipe, w| {
+        drive(op, depth, t, pipe, s, w)
     })
 }
 
 /// Runs `drive(t, connection, window)` on `CONNS` connections, one thread each, for one
-/// warm-up and a measurement window of `phase`, and measures the server's CPU over the window.
+/// warm-up and a measurement window of `phase`, and reads the server's CPU time, replication
+/// offset and AOF size at the window's start and end.
 pub(crate) fn run_threads(
     srv: &Server,
     plan: &Plan,
     phase: Duration,
-    (label, depth): (&str, usize),
-    drive: impl Fn(usize, Connection, Window) -> ThreadResult + Sync,
+    what: (&str, usize),
+    drive: impl Fn(usize, Pipe, Window) -> ThreadResult + Sync,
 ) -> Measured {
-    let mut probe = srv.connect();
-    let conns: Vec<Connection> = (0..CONNS).map(|_| srv.connect()).collect();
+    run_threads_on(&[srv], plan, phase, what, drive)
+}
+
+/// `run_threads` on `servers[0]`, also reading the CPU time of the others (a replica).
+pub(crate) fn run_threads_on(
+    servers: &[&Server],
+    plan: &Plan,
+    phase: Duration,
+    (label, depth): (&str, usize),
+    drive: impl Fn(usize, Pipe, Window) -> ThreadResult + Sync,
+) -> Measured {
+    let srv = servers[0];
+    let mut probe = srv.conn();
+    let mut others: Vec<Connection> = servers[1..].iter().map(|s| s.conn()).collect();
+    let mut other_cpu = || -> f64 { others.iter_mut().map(server_cpu).sum() };
+    let pipes: Vec<Pipe> = (0..CONNS)
+        .map(|_| Pipe::open(srv).spinning(plan.spin))
+        .collect();
     let t0 = Instant::now();
     let w = Window {
         start: t0 + plan.warmup,
         end: t0 + plan.warmup + phase,
     };
     let drive = &drive;
-    let (results, cpu) = thread::scope(|scope| {
-        let handles: Vec<_> = conns
+    let (results, s0, s1, other) = thread::scope(|scope| {
+        let handles: Vec<_> = pipes
             .into_iter()
             .enumerate()
-            .map(|(t, con)| scope.spawn(move || drive(t, con, w)))
+            .map(|(t, pipe)| scope.spawn(move || drive(t, pipe, w)))
             .collect();
         sleep_until(w.start);
-        let c0 = server_cpu(&mut probe);
+        let (s0, o0) = (Sample::take(&mut probe), other_cpu());
         sleep_until(w.end);
-        let c1 = server_cpu(&mut probe);
+        let (s1, o1) = (Sample::take(&mut probe), other_cpu());
         let results: Vec<ThreadResult> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-        (results, c1 - c0)
+        (results, s0, s1, o1 - o0)
     });
     let mut m = Measured::empty(label, depth);
     m.secs = (w.end - w.start).as_secs_f64();
-    m.cpu_secs = cpu;
+    m.cpu_secs = s1.cpu - s0.cpu;
+    m.other_cpu_secs = other;
+    m.repl_bytes = s1.repl - s0.repl;
+    m.aof_bytes = s1.aof - s0.aof;
     for r in results {
         m.ops += r.ops;
         m.errors += r.errors;
@@ -318,175 +394,4 @@ pub(crate) fn run_threads(
         m.cpu_util() * 100.0
     );
     m
-}
-
-/// The median over rounds of `a`'s ops/s over `b`'s in the same round. Rounds of a variant
-/// and its baselines run next to each other, so a slow spell of a shared machine shows in
-/// both halves of a pair; one long aggregate would carry it into the ratio.
-pub(crate) fn throughput_ratio(a: &Measured, b: &Measured) -> f64 {
-    paired_median(&a.rounds, &b.rounds)
-}
-
-/// As `throughput_ratio`, for server CPU per op (`b`'s over `a`'s: above 1 means `a` costs less).
-pub(crate) fn cpu_ratio(a: &Measured, b: &Measured) -> f64 {
-    paired_median(&b.round_cpu, &a.round_cpu)
-}
-
-pub(crate) fn paired_median(a: &[f64], b: &[f64]) -> f64 {
-    let r = paired_ratios(a, b);
-    match r.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => r[n / 2],
-        n => (r[n / 2 - 1] + r[n / 2]) / 2.0,
-    }
-}
-
-/// Each round's `a` over `b`'s round next to it, sorted.
-pub(crate) fn paired_ratios(a: &[f64], b: &[f64]) -> Vec<f64> {
-    assert_eq!(a.len(), b.len(), "rounds to pair");
-    let mut r: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
-    r.sort_by(f64::total_cmp);
-    r
-}
-
-/// A table row: a measurement, its short name for ratios, and the rows it is compared to.
-pub(crate) struct Row {
-    pub(crate) m: Measured,
-    pub(crate) short: &'static str,
-    pub(crate) vs: Vec<usize>,
-}
-
-/// Rows of one workload that share a table.
-pub(crate) struct Table {
-    pub(crate) title: String,
-    pub(crate) rows: Vec<Row>,
-}
-
-impl Table {
-    /// This row's throughput and server-CPU ratios to row `j`.
-    pub(crate) fn ratios(&self, i: usize, j: usize) -> (f64, f64) {
-        let (a, b) = (&self.rows[i].m, &self.rows[j].m);
-        (throughput_ratio(a, b), cpu_ratio(a, b))
-    }
-
-    pub(crate) fn print(&self) {
-        println!("\n{}", self.title);
-        println!(
-            "  {:<36} {:>5} {:>11} {:>6} {:>7} {:>7} {:>7} {:>9} {:>7} {:>4}  vs baselines: throughput | server CPU/op",
-            "", "batch", "ops/s", "spread", "p50µs", "p99µs", "p999µs", "srv µs/op", "srv cpu", "err"
-        );
-        for (i, row) in self.rows.iter().enumerate() {
-            let m = &row.m;
-            let (thr, cpu): (Vec<String>, Vec<String>) = row
-                .vs
-                .iter()
-                .map(|&j| {
-                    let (t, c) = self.ratios(i, j);
-                    let name = self.rows[j].short;
-                    (format!("{t:.2}× {name}"), format!("{c:.2}× {name}"))
-                })
-                .unzip();
-            let ratios = if thr.is_empty() {
-                String::new()
-            } else {
-                format!("{} | {}", thr.join(", "), cpu.join(", "))
-            };
-            println!(
-                "  {:<36} {:>5} {:>11} {:>6} {:>7} {:>7} {:>7} {:>9.2} {:>6.0}% {:>4}  {}",
-                m.label,
-                m.depth,
-                thousands(m.rate()),
-                percent(m.spread()),
-                m.hist.value_at_quantile(0.5),
-                m.hist.value_at_quantile(0.99),
-                m.hist.value_at_quantile(0.999),
-                m.cpu_us_per_op(),
-                m.cpu_util() * 100.0,
-                m.errors,
-                ratios
-            );
-        }
-    }
-
-    pub(crate) fn json(&self) -> Json {
-        let rows = self.rows.iter().enumerate().map(|(i, row)| {
-            let mut j = row.m.json();
-            let ratios = row.vs.iter().map(|&k| {
-                let (t, c) = self.ratios(i, k);
-                obj(vec![
-                    ("baseline", self.rows[k].m.label.as_str().into()),
-                    ("throughput_ratio", t.into()),
-                    ("server_cpu_ratio", c.into()),
-                ])
-            });
-            if let Json::Obj(fields) = &mut j {
-                fields.push(("vs".into(), Json::Arr(ratios.collect())));
-            }
-            j
-        });
-        obj(vec![
-            ("title", self.title.as_str().into()),
-            ("rows", Json::Arr(rows.collect())),
-        ])
-    }
-
-    pub(crate) fn find(&self, label: &str, depth: usize) -> &Measured {
-        &self
-            .rows
-            .iter()
-            .find(|r| r.m.label == label && r.m.depth == depth)
-            .unwrap_or_else(|| panic!("no row {label} at batch {depth}"))
-            .m
-    }
-}
-
-/// Runs each (label, short name, op, compared-to) at each depth, `ROUNDS` times interleaved.
-pub(crate) fn table(
-    srv: &Server,
-    s: &Scripts,
-    plan: &Plan,
-    title: &str,
-    variants: &[(&str, &'static str, Op, &[usize])],
-) -> Table {
-    let names: Vec<_> = variants.iter().map(|&(l, sh, _, vs)| (l, sh, vs)).collect();
-    table_with(srv, title, &names, |i, depth| {
-        let (label, _, op, _) = variants[i];
-        run_phase(srv, s, plan, plan.phase, (label, op, depth))
-    })
-}
-
-/// Runs `run(variant, depth)` for each (label, short name, compared-to) at each depth,
-/// `ROUNDS` times interleaved (A B C, C B A, ...), each from an emptied keyspace.
-pub(crate) fn table_with(
-    srv: &Server,
-    title: &str,
-    variants: &[(&str, &'static str, &[usize])],
-    mut run: impl FnMut(usize, usize) -> Measured,
-) -> Table {
-    eprintln!("{title}");
-    let mut flush = srv.connect();
-    let mut rows = Vec::new();
-    for depth in DEPTHS {
-        let base = rows.len();
-        for &(label, short, vs) in variants {
-            let m = Measured::empty(label, depth);
-            let vs = vs.iter().map(|j| base + j).collect();
-            rows.push(Row { m, short, vs });
-        }
-        for round in 0..ROUNDS {
-            let mut order: Vec<usize> = (0..variants.len()).collect();
-            if round % 2 == 1 {
-                order.reverse();
-            }
-            for i in order {
-                flushall(&mut flush);
-                let m = run(i, depth);
-                rows[base + i].m.absorb(m);
-            }
-        }
-    }
-    Table {
-        title: title.to_string(),
-        rows,
-    }
 }
