@@ -142,38 +142,6 @@ fn replayed_release_reaches_the_replica_aof() {
 
 // ------------------------------------------------------------- DUMP vs AOF deadlines
 
-/// The commands of an AOF (RESP arrays of bulk strings), in order.
-fn aof_commands(b: &[u8]) -> Vec<Vec<Vec<u8>>> {
-    fn line(b: &[u8], at: &mut usize) -> String {
-        let end = *at + b[*at..].windows(2).position(|w| w == b"\r\n").unwrap();
-        let s = String::from_utf8_lossy(&b[*at..end]).into_owned();
-        *at = end + 2;
-        s
-    }
-    let mut at = 0;
-    let mut out = Vec::new();
-    while at < b.len() {
-        let head = line(b, &mut at);
-        let n: usize = head
-            .strip_prefix('*')
-            .unwrap_or_else(|| panic!("AOF: expected an array, got {head:?}"))
-            .parse()
-            .unwrap();
-        let mut cmd = Vec::with_capacity(n);
-        for _ in 0..n {
-            let len: usize = line(b, &mut at)
-                .strip_prefix('$')
-                .expect("AOF: bulk string")
-                .parse()
-                .unwrap();
-            cmd.push(b[at..at + len].to_vec());
-            at += len + 2;
-        }
-        out.push(cmd);
-    }
-    out
-}
-
 /// The DUMP of a lock and the `LOCK.APPLY` of each acquire in the AOF give each hold's
 /// deadline from the same monotonic one, both rounded up to the millisecond: the DUMP's is
 /// never earlier, nor more than 1 ms later. Exclusive locks and locks of two shared holds.
@@ -237,13 +205,8 @@ fn dump_deadline_is_never_earlier_than_the_aof_deadline() {
         dumps.push((key, holds.to_vec()));
         sleep(Duration::from_micros(137));
     }
-    let dir = s.dir.join("appendonlydir");
-    let incr = fs::read_dir(&dir)
-        .expect("appendonlydir")
-        .map(|e| e.unwrap().path())
-        .find(|p| p.to_string_lossy().ends_with(".incr.aof"))
-        .expect("an incremental AOF file");
-    let cmds = aof_commands(&fs::read(&incr).unwrap());
+    let incr = aof::incr_path(&s);
+    let cmds = aof::commands(&fs::read(&incr).unwrap());
     let mut problems = Findings::default();
     for (key, holds) in &dumps {
         for h in holds {

@@ -8,55 +8,11 @@
 
 mod common;
 
-use std::fs;
-
 use common::guard::*;
 use common::*;
 use redis::Value;
 
 // ----------------------------------------------------------------- AOF, reload, replicas
-
-/// One command of an AOF file as byte strings.
-fn aof_commands(b: &[u8]) -> Vec<Vec<Vec<u8>>> {
-    fn line(b: &[u8], at: &mut usize) -> String {
-        let end = *at + b[*at..].windows(2).position(|w| w == b"\r\n").unwrap();
-        let s = String::from_utf8_lossy(&b[*at..end]).into_owned();
-        *at = end + 2;
-        s
-    }
-    let mut at = 0;
-    let mut out = Vec::new();
-    while at < b.len() {
-        let head = line(b, &mut at);
-        let n: usize = head
-            .strip_prefix('*')
-            .unwrap_or_else(|| panic!("AOF: expected an array, got {head:?}"))
-            .parse()
-            .unwrap();
-        let mut cmd = Vec::with_capacity(n);
-        for _ in 0..n {
-            let len: usize = line(b, &mut at)
-                .strip_prefix('$')
-                .expect("AOF: bulk string")
-                .parse()
-                .unwrap();
-            cmd.push(b[at..at + len].to_vec());
-            at += len + 2;
-        }
-        out.push(cmd);
-    }
-    out
-}
-
-fn incr_aof(s: &Server) -> Vec<u8> {
-    let dir = s.dir.join("appendonlydir");
-    let path = fs::read_dir(&dir)
-        .expect("appendonlydir")
-        .map(|e| e.unwrap().path())
-        .find(|p| p.to_string_lossy().ends_with(".incr.aof"))
-        .expect("an incremental AOF file");
-    fs::read(path).expect("read the incremental AOF")
-}
 
 fn mentions(cmds: &[Vec<Vec<u8>>], word: &str) -> bool {
     cmds.iter()
@@ -93,7 +49,7 @@ fn the_aof_holds_only_the_inner_commands() {
     );
     assert_eq!(guard(&mut con, "lk", f, &["GET", "data"]), Ok(bulk("v1")));
 
-    let size = incr_aof(&s).len();
+    let size = aof::incr(&s).len();
     assert_err_starts(
         &guard(&mut con, "lk", stale, &["SET", "refused1", "x"]),
         NEWER,
@@ -114,9 +70,9 @@ fn the_aof_holds_only_the_inner_commands() {
         &guard_text(&mut con, "lk", "0", &["SET", "refused5", "x"]),
         BAD_FENCE,
     );
-    assert_eq!(incr_aof(&s).len(), size, "refused guards wrote to the AOF");
+    assert_eq!(aof::incr(&s).len(), size, "refused guards wrote to the AOF");
 
-    let cmds = aof_commands(&incr_aof(&s));
+    let cmds = aof::commands(&aof::incr(&s));
     assert!(
         !mentions(&cmds, "lock.guard"),
         "LOCK.GUARD in the AOF: {cmds:?}"
@@ -161,7 +117,7 @@ fn the_aof_holds_only_the_inner_commands() {
         guard(&mut con, "lk", f, &["SET", "data", "v3"]),
         Ok(Value::Okay)
     );
-    let cmds = aof_commands(&incr_aof(&s));
+    let cmds = aof::commands(&aof::incr(&s));
     assert!(
         !mentions(&cmds, "lock.guard"),
         "LOCK.GUARD in the AOF: {cmds:?}"

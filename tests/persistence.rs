@@ -3,22 +3,12 @@
 
 mod common;
 
-use std::fs;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use common::*;
 use rand::{Rng, SeedableRng};
 use redis::Value;
-
-fn wait_persistence_idle(c: &mut redis::Connection) {
-    let idle = wait_until(Duration::from_secs(20), || {
-        info_field(c, "persistence", "rdb_bgsave_in_progress").as_deref() == Some("0")
-            && info_field(c, "persistence", "aof_rewrite_in_progress").as_deref() == Some("0")
-            && info_field(c, "persistence", "aof_rewrite_scheduled").as_deref() == Some("0")
-    });
-    assert!(idle, "background save/rewrite did not finish in 20s");
-}
 
 /// Checks that `after` (read `elapsed` after `before`) is the same lease.
 #[track_caller]
@@ -110,19 +100,6 @@ fn bgsave_restart_keeps_lock() {
     assert!(fence(&mut c, "k", "tok").unwrap() > f);
 }
 
-fn latest_base_aof(s: &Server) -> Vec<u8> {
-    let dir = s.dir.join("appendonlydir");
-    let manifest = fs::read_to_string(dir.join("appendonly.aof.manifest")).expect("manifest");
-    let base = manifest
-        .lines()
-        .filter(|l| l.contains("type b"))
-        .filter_map(|l| l.split_whitespace().nth(1))
-        .next_back()
-        .expect("base file in manifest")
-        .to_string();
-    fs::read(dir.join(base)).expect("read base AOF")
-}
-
 #[test]
 fn aof_rewrite_without_rdb_preamble_then_restart() {
     let mut s = Server::start(Opts::new().appendonly().no_rdb_preamble());
@@ -137,7 +114,7 @@ fn aof_rewrite_without_rdb_preamble_then_restart() {
         info_field(&mut c, "persistence", "aof_last_bgrewrite_status").as_deref(),
         Some("ok")
     );
-    let base = latest_base_aof(&s);
+    let base = aof::latest_base(&s);
     assert!(
         !base.starts_with(b"REDIS"),
         "aof-use-rdb-preamble no must give a text base file"

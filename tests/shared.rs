@@ -7,11 +7,11 @@
 
 mod common;
 
-use std::sync::mpsc;
-use std::thread::{self, sleep};
+use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use common::{client_blocked, exists, info, lock_stat, release, Server};
+use common::holds::{acquire_with, assert_same_holds, bulk, holders, stat, tokens, Hold, Pending};
+use common::{exists, info, release, Server};
 use redis::{Connection, Value};
 
 /// "At once": a reply caused by a change made just now arrives within this.
@@ -25,19 +25,6 @@ const UPGRADE: &str =
     "ERR the token holds the lock shared: release it to take it exclusively (no upgrades)";
 
 // ------------------------------------------------------------------------------- helpers
-
-/// `LOCK.ACQUIRE key token ttl opts…`: the reply, or the full error text.
-fn acquire_with(
-    con: &mut Connection,
-    key: &str,
-    token: &str,
-    ttl: u64,
-    opts: &[&str],
-) -> Result<Value, String> {
-    let mut c = redis::cmd("LOCK.ACQUIRE");
-    c.arg(key).arg(token).arg(ttl).arg(opts);
-    common::run(&c, con)
-}
 
 /// A fence (`Some`) or null (`None`); panics on anything else.
 #[track_caller]
@@ -78,163 +65,10 @@ fn exclusive(con: &mut Connection, key: &str, token: &str, ttl: u64) -> i64 {
         .unwrap_or_else(|| panic!("{token}: exclusive on {key} must be granted"))
 }
 
-/// One entry of `LOCK.HOLDERS`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Hold {
-    token: String,
-    fence: i64,
-    ttl: i64,
-    mode: String,
-}
-
-fn bulk(v: &Value, what: &str) -> String {
-    match v {
-        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        other => panic!("{what}: expected a bulk string, got {other:?}"),
-    }
-}
-
-/// Parses `LOCK.HOLDERS`: null, or an array of `[token, fence, ttl, mode]` (bulk, integer,
-/// integer, bulk string).
-fn parse_holders(v: &Value) -> Option<Vec<Hold>> {
-    let items = match v {
-        Value::Nil => return None,
-        Value::Array(items) => items,
-        other => panic!("LOCK.HOLDERS: expected an array or null, got {other:?}"),
-    };
-    let hold = |h: &Value| match h {
-        Value::Array(f) if f.len() == 4 => match (&f[1], &f[2]) {
-            (Value::Int(fence), Value::Int(ttl)) => Hold {
-                token: bulk(&f[0], "LOCK.HOLDERS token"),
-                fence: *fence,
-                ttl: *ttl,
-                mode: bulk(&f[3], "LOCK.HOLDERS mode"),
-            },
-            _ => panic!("LOCK.HOLDERS entry: fence and ttl must be integers: {h:?}"),
-        },
-        other => panic!("LOCK.HOLDERS entry: expected [token, fence, ttl, mode], got {other:?}"),
-    };
-    Some(items.iter().map(hold).collect())
-}
-
-/// `LOCK.HOLDERS key`; `None` for null.
-fn holders(con: &mut Connection, key: &str) -> Option<Vec<Hold>> {
-    let v = cmd!(con, "LOCK.HOLDERS", key).unwrap_or_else(|e| panic!("LOCK.HOLDERS {key}: {e}"));
-    parse_holders(&v)
-}
-
 /// `LOCK.HOLDERS key`, which must not be null.
 #[track_caller]
 fn holds(con: &mut Connection, key: &str) -> Vec<Hold> {
     holders(con, key).unwrap_or_else(|| panic!("LOCK.HOLDERS {key}: null, the key must exist"))
-}
-
-fn tokens(hs: &[Hold]) -> Vec<&str> {
-    hs.iter().map(|h| h.token.as_str()).collect()
-}
-
-/// The same holds, observed `elapsed` later: tokens, fences and modes equal, in the same
-/// order, and each ttl only counted down.
-#[track_caller]
-fn assert_same_holds(before: &[Hold], after: &[Hold], elapsed: Duration, what: &str) {
-    let key = |hs: &[Hold]| -> Vec<(String, i64, String)> {
-        hs.iter()
-            .map(|h| (h.token.clone(), h.fence, h.mode.clone()))
-            .collect()
-    };
-    assert_eq!(key(after), key(before), "{what}: the holds changed");
-    let el = elapsed.as_millis() as i64;
-    for (b, a) in before.iter().zip(after) {
-        assert!(
-            a.ttl <= b.ttl && a.ttl >= b.ttl - el - 100,
-            "{what}: {}'s ttl went from {} to {} in {el} ms: it should only count down",
-            a.token,
-            b.ttl,
-            a.ttl
-        );
-    }
-}
-
-/// An `INFO lock` counter.
-fn stat(con: &mut Connection, field: &str) -> i64 {
-    lock_stat(con, field).unwrap_or_else(|| panic!("INFO lock has no {field}"))
-}
-
-/// A `LOCK.ACQUIRE` sent on a connection of its own, answered in a thread: the test sees
-/// what it was answered, and when, without blocking.
-struct Pending {
-    token: String,
-    id: u64,
-    rx: mpsc::Receiver<(Result<Value, String>, Instant)>,
-}
-
-impl Pending {
-    fn send(server: &Server, key: &str, token: &str, ttl: u64, opts: &[&str]) -> Pending {
-        let mut con = server.conn();
-        let id: u64 = redis::cmd("CLIENT")
-            .arg("ID")
-            .query(&mut con)
-            .expect("CLIENT ID");
-        let mut c = redis::cmd("LOCK.ACQUIRE");
-        c.arg(key).arg(token).arg(ttl).arg(opts);
-        let (tx, rx) = mpsc::channel();
-        thread::spawn(move || {
-            let r = c
-                .query::<Value>(&mut con)
-                .map_err(|e| match (e.code(), e.detail()) {
-                    (Some(code), Some(d)) => format!("{code} {d}"),
-                    (Some(code), None) => code.to_string(),
-                    _ => format!("connection: {e}"),
-                });
-            let _ = tx.send((r, Instant::now()));
-        });
-        Pending {
-            token: token.to_string(),
-            id,
-            rx,
-        }
-    }
-
-    /// Sends, then waits until the server shows the client blocked: it is in the queue.
-    fn join(server: &Server, key: &str, token: &str, ttl: u64, opts: &[&str]) -> Pending {
-        let mut con = server.conn();
-        let p = Pending::send(server, key, token, ttl, opts);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !client_blocked(&mut con, p.id) {
-            if let Ok((r, _)) = p.rx.try_recv() {
-                panic!("{token} was answered {r:?} at once: it should have been queued");
-            }
-            assert!(Instant::now() < deadline, "{token} did not block on {key}");
-            sleep(Duration::from_millis(5));
-        }
-        p
-    }
-
-    /// The reply and when it arrived, if it comes within `within`.
-    fn reply_within(&self, within: Duration) -> Option<(Result<Value, String>, Instant)> {
-        self.rx.recv_timeout(within).ok()
-    }
-
-    /// A fence that must come within `within`; the fence and when it came.
-    #[track_caller]
-    fn granted_within(&self, within: Duration, what: &str) -> (i64, Instant) {
-        match self.reply_within(within) {
-            Some((Ok(Value::Int(f)), at)) => (f, at),
-            Some((other, _)) => panic!("{what}: {} was answered {other:?}", self.token),
-            None => panic!("{what}: {} had no reply within {within:?}", self.token),
-        }
-    }
-
-    /// No reply within `within`.
-    #[track_caller]
-    fn still_waiting(&self, within: Duration, what: &str) {
-        if let Some((r, _)) = self.reply_within(within) {
-            panic!(
-                "{what}: {} must still wait, but was answered {r:?}",
-                self.token
-            );
-        }
-    }
 }
 
 // ------------------------------------------------------------------------- compatibility

@@ -32,6 +32,7 @@ use std::sync::mpsc;
 use std::thread::{self, sleep};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use common::holds::{holders, Hold};
 use common::*;
 use redis::{Connection, Value};
 
@@ -420,52 +421,6 @@ fn v2_aof_fixture_loads_and_is_rewritten() {
 }
 
 // ------------------------------------------------------------ LOCK.HOLDERS and snapshots
-
-/// One entry of `LOCK.HOLDERS`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Hold {
-    token: String,
-    fence: i64,
-    ttl: i64,
-    mode: String,
-}
-
-fn text(v: &Value, what: &str) -> String {
-    match v {
-        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        Value::SimpleString(s) => s.clone(),
-        other => panic!("{what}: expected a string, got {other:?}"),
-    }
-}
-
-fn num(v: &Value, what: &str) -> i64 {
-    match v {
-        Value::Int(i) => *i,
-        other => panic!("{what}: expected an integer, got {other:?}"),
-    }
-}
-
-/// `LOCK.HOLDERS key`: `None` for null.
-fn holders(c: &mut Connection, key: &str) -> Option<Vec<Hold>> {
-    match cmd!(c, "LOCK.HOLDERS", key) {
-        Ok(Value::Nil) => None,
-        Ok(Value::Array(items)) => Some(
-            items
-                .iter()
-                .map(|e| match e {
-                    Value::Array(f) if f.len() == 4 => Hold {
-                        token: text(&f[0], "token"),
-                        fence: num(&f[1], "fence"),
-                        ttl: num(&f[2], "ttl"),
-                        mode: text(&f[3], "mode"),
-                    },
-                    other => panic!("LOCK.HOLDERS {key}: entry {other:?}"),
-                })
-                .collect(),
-        ),
-        other => panic!("LOCK.HOLDERS {key}: {other:?}"),
-    }
-}
 
 fn short(t: &str) -> String {
     if t.len() > 24 {
@@ -996,15 +951,6 @@ fn fences_go_on(s: &Server, p: &Populated, went: Went, what: &str, f: &mut Findi
     }
 }
 
-fn wait_persistence_idle(c: &mut Connection) {
-    let idle = wait_until(Duration::from_secs(20), || {
-        info_field(c, "persistence", "rdb_bgsave_in_progress").as_deref() == Some("0")
-            && info_field(c, "persistence", "aof_rewrite_in_progress").as_deref() == Some("0")
-            && info_field(c, "persistence", "aof_rewrite_scheduled").as_deref() == Some("0")
-    });
-    assert!(idle, "background save/rewrite did not finish in 20s");
-}
-
 /// A key `mix` with shared holds of 1 s (m1) and 60 s (m2), granted at `t0`: once the server
 /// has been down past 1.2 s, m1's lease ended while it was down.
 fn add_mix(c: &mut Connection) -> (Instant, i64) {
@@ -1086,7 +1032,7 @@ fn shared_holds_survive_aof_with_rdb_preamble() {
     assert!(cmd!(&mut c, "BGREWRITEAOF").is_ok());
     wait_persistence_idle(&mut c);
     assert!(
-        is_rdb(&latest_base_aof(&s)),
+        is_rdb(&aof::latest_base(&s)),
         "the base file has an RDB preamble"
     );
     let before = snap(&mut c, &KEYS);
@@ -1100,46 +1046,9 @@ fn shared_holds_survive_aof_with_rdb_preamble() {
     f.done("AOF with RDB preamble");
 }
 
-fn latest_base_aof(s: &Server) -> Vec<u8> {
-    let dir = s.dir.join("appendonlydir");
-    let manifest = fs::read_to_string(dir.join("appendonly.aof.manifest")).expect("manifest");
-    let base = manifest
-        .lines()
-        .filter(|l| l.contains("type b"))
-        .filter_map(|l| l.split_whitespace().nth(1))
-        .next_back()
-        .expect("base file in manifest")
-        .to_string();
-    fs::read(dir.join(base)).expect("read base AOF")
-}
-
 /// Whether a file is an RDB file (Valkey 9 writes its own magic).
 fn is_rdb(b: &[u8]) -> bool {
     b.starts_with(b"REDIS") || b.starts_with(b"VALKEY")
-}
-
-/// The commands of a text AOF file.
-fn aof_commands(b: &[u8]) -> Vec<Vec<String>> {
-    let mut out = Vec::new();
-    let mut at = 0;
-    let line = |at: &mut usize| -> String {
-        let end = *at + b[*at..].windows(2).position(|w| w == b"\r\n").unwrap();
-        let l = String::from_utf8_lossy(&b[*at..end]).into_owned();
-        *at = end + 2;
-        l
-    };
-    while at < b.len() {
-        let head = line(&mut at);
-        let n: usize = head.strip_prefix('*').expect("array").parse().unwrap();
-        let mut cmd = Vec::new();
-        for _ in 0..n {
-            let len: usize = line(&mut at).strip_prefix('$').unwrap().parse().unwrap();
-            cmd.push(String::from_utf8_lossy(&b[at..at + len]).into_owned());
-            at += len + 2;
-        }
-        out.push(cmd);
-    }
-    out
 }
 
 /// The AOF without the RDB preamble: replayed as written, then rewritten as text (one
@@ -1168,9 +1077,9 @@ fn shared_holds_survive_aof_without_rdb_preamble() {
         info_field(&mut c, "persistence", "aof_last_bgrewrite_status").as_deref(),
         Some("ok")
     );
-    let base = latest_base_aof(&s);
+    let base = aof::latest_base(&s);
     assert!(!is_rdb(&base), "text base file expected");
-    let applies: Vec<Vec<String>> = aof_commands(&base)
+    let applies: Vec<Vec<String>> = aof::text_commands(&base)
         .into_iter()
         .filter(|c| c[0].eq_ignore_ascii_case("LOCK.APPLY"))
         .collect();

@@ -9,11 +9,12 @@
 mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::{mpsc, Mutex};
+use std::sync::Mutex;
 use std::thread::{self, sleep};
 use std::time::{Duration, Instant};
 
-use common::{client_blocked, client_unblock, exists, info, lock_stat, release, Server};
+use common::holds::{acquire_with, assert_same_holds, holders, stat, tokens, Pending};
+use common::{client_blocked, client_unblock, exists, info, release, Server};
 use redis::{Connection, Value};
 
 /// "At once": a reply caused by a change made just now arrives within this.
@@ -35,19 +36,6 @@ impl Drop for SetOnDrop<'_> {
     }
 }
 
-/// `LOCK.ACQUIRE key token ttl opts…`: the reply, or the full error text.
-fn acquire_with(
-    con: &mut Connection,
-    key: &str,
-    token: &str,
-    ttl: u64,
-    opts: &[&str],
-) -> Result<Value, String> {
-    let mut c = redis::cmd("LOCK.ACQUIRE");
-    c.arg(key).arg(token).arg(ttl).arg(opts);
-    common::run(&c, con)
-}
-
 /// An acquire with `opts` that must be granted at once: its fence.
 #[track_caller]
 fn granted(con: &mut Connection, key: &str, token: &str, ttl: u64, opts: &[&str]) -> i64 {
@@ -55,147 +43,6 @@ fn granted(con: &mut Connection, key: &str, token: &str, ttl: u64, opts: &[&str]
         Ok(Value::Int(f)) if f > 0 => f,
         other => {
             panic!("LOCK.ACQUIRE {key} {token} {ttl} {opts:?}: must be granted, got {other:?}")
-        }
-    }
-}
-
-/// One entry of `LOCK.HOLDERS`: token, fence, ttl, mode.
-type Hold = (String, i64, i64, String);
-
-/// `LOCK.HOLDERS key`; `None` for null.
-fn holders(con: &mut Connection, key: &str) -> Option<Vec<Hold>> {
-    let text = |v: &Value| match v {
-        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        other => panic!("LOCK.HOLDERS {key}: expected a bulk string, got {other:?}"),
-    };
-    match cmd!(con, "LOCK.HOLDERS", key) {
-        Ok(Value::Nil) => None,
-        Ok(Value::Array(items)) => Some(
-            items
-                .iter()
-                .map(|h| match h {
-                    Value::Array(f) if f.len() == 4 => match (&f[1], &f[2]) {
-                        (Value::Int(fence), Value::Int(ttl)) => {
-                            (text(&f[0]), *fence, *ttl, text(&f[3]))
-                        }
-                        _ => panic!("LOCK.HOLDERS {key}: {h:?}"),
-                    },
-                    other => panic!("LOCK.HOLDERS {key}: {other:?}"),
-                })
-                .collect(),
-        ),
-        other => panic!("LOCK.HOLDERS {key}: {other:?}"),
-    }
-}
-
-fn tokens(hs: &Option<Vec<Hold>>) -> Vec<String> {
-    hs.iter().flatten().map(|h| h.0.clone()).collect()
-}
-
-/// Same tokens, fences and modes in the same order, each ttl only counted down.
-#[track_caller]
-fn assert_same_holds(before: &[Hold], after: &[Hold], elapsed: Duration, what: &str) {
-    let strip = |hs: &[Hold]| -> Vec<(String, i64, String)> {
-        hs.iter().map(|h| (h.0.clone(), h.1, h.3.clone())).collect()
-    };
-    assert_eq!(strip(after), strip(before), "{what}: the holds changed");
-    let el = elapsed.as_millis() as i64;
-    for (b, a) in before.iter().zip(after) {
-        assert!(
-            a.2 <= b.2 && a.2 >= b.2 - el - 100,
-            "{what}: {}'s ttl went from {} to {} in {el} ms",
-            a.0,
-            b.2,
-            a.2
-        );
-    }
-}
-
-fn stat(con: &mut Connection, field: &str) -> i64 {
-    lock_stat(con, field).unwrap_or_else(|| panic!("INFO lock has no {field}"))
-}
-
-/// A `LOCK.ACQUIRE` sent on a connection of its own, answered in a thread: the test sees
-/// what it was answered, and when, without blocking.
-struct Pending {
-    token: String,
-    id: u64,
-    rx: mpsc::Receiver<(Result<Value, String>, Instant)>,
-}
-
-impl Pending {
-    fn send(server: &Server, key: &str, token: &str, ttl: u64, opts: &[&str]) -> Pending {
-        let mut con = server.conn();
-        let id: u64 = redis::cmd("CLIENT")
-            .arg("ID")
-            .query(&mut con)
-            .expect("CLIENT ID");
-        let mut c = redis::cmd("LOCK.ACQUIRE");
-        c.arg(key).arg(token).arg(ttl).arg(opts);
-        let (tx, rx) = mpsc::channel();
-        thread::spawn(move || {
-            let r = c
-                .query::<Value>(&mut con)
-                .map_err(|e| match (e.code(), e.detail()) {
-                    (Some(code), Some(d)) => format!("{code} {d}"),
-                    (Some(code), None) => code.to_string(),
-                    _ => format!("connection: {e}"),
-                });
-            let _ = tx.send((r, Instant::now()));
-        });
-        Pending {
-            token: token.to_string(),
-            id,
-            rx,
-        }
-    }
-
-    /// Sends, then waits until the server shows the client blocked: it is in the queue.
-    fn join(server: &Server, key: &str, token: &str, ttl: u64, opts: &[&str]) -> Pending {
-        let mut con = server.conn();
-        let p = Pending::send(server, key, token, ttl, opts);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !client_blocked(&mut con, p.id) {
-            if let Ok((r, _)) = p.rx.try_recv() {
-                panic!("{token} was answered {r:?} at once: it should have been queued");
-            }
-            assert!(Instant::now() < deadline, "{token} did not block on {key}");
-            sleep(Duration::from_millis(5));
-        }
-        p
-    }
-
-    fn reply_within(&self, within: Duration) -> Option<(Result<Value, String>, Instant)> {
-        self.rx.recv_timeout(within).ok()
-    }
-
-    /// A fence that must come within `within`; the fence and when it came.
-    #[track_caller]
-    fn granted_within(&self, within: Duration, what: &str) -> (i64, Instant) {
-        match self.reply_within(within) {
-            Some((Ok(Value::Int(f)), at)) => (f, at),
-            Some((other, _)) => panic!("{what}: {} was answered {other:?}", self.token),
-            None => panic!("{what}: {} had no reply within {within:?}", self.token),
-        }
-    }
-
-    /// Null that must come within `within`; when it came.
-    #[track_caller]
-    fn null_within(&self, within: Duration, what: &str) -> Instant {
-        match self.reply_within(within) {
-            Some((Ok(Value::Nil), at)) => at,
-            Some((other, _)) => panic!("{what}: {} must get null, got {other:?}", self.token),
-            None => panic!("{what}: {} had no reply within {within:?}", self.token),
-        }
-    }
-
-    #[track_caller]
-    fn still_waiting(&self, within: Duration, what: &str) {
-        if let Some((r, _)) = self.reply_within(within) {
-            panic!(
-                "{what}: {} must still wait, but was answered {r:?}",
-                self.token
-            );
         }
     }
 }
@@ -233,7 +80,7 @@ fn the_queue_is_fifo_across_kinds() {
     let hs = holders(&mut c, "k").unwrap();
     assert_eq!(
         hs.iter()
-            .map(|h| (h.0.as_str(), h.1, h.3.as_str()))
+            .map(|h| (h.token.as_str(), h.fence, h.mode.as_str()))
             .collect::<Vec<_>>(),
         [("r1", f1, "shared"), ("r2", f2, "shared")]
     );
@@ -254,7 +101,7 @@ fn the_queue_is_fifo_across_kinds() {
     r3.still_waiting(QUIET, "w2 holds exclusive");
     let hs = holders(&mut c, "k").unwrap();
     assert_eq!(
-        (hs.len(), hs[0].0.as_str(), hs[0].3.as_str()),
+        (hs.len(), hs[0].token.as_str(), hs[0].mode.as_str()),
         (1, "w2", "exclusive")
     );
     assert_eq!(release(&mut c, "k", "w2"), 1);
@@ -718,7 +565,7 @@ fn shared_waiters_behind_an_exclusive_one_that_leaves_are_granted_at_once() {
         let hs = holders(&mut c, &key).expect("the key");
         assert_eq!(tokens(&Some(hs.clone())), ["a", "b", "r"], "{how}");
         assert!(
-            hs.iter().all(|h| h.1 <= fence),
+            hs.iter().all(|h| h.fence <= fence),
             "{how}: r's fence is the last"
         );
     }
@@ -755,7 +602,7 @@ fn client_pause_write_defers_shared_lease_ends_and_their_hand_off() {
     assert!(fw > fb);
     let hs = holders(&mut c, "k").unwrap();
     assert_eq!(
-        (hs.len(), hs[0].0.as_str(), hs[0].3.as_str()),
+        (hs.len(), hs[0].token.as_str(), hs[0].mode.as_str()),
         (1, "w", "exclusive")
     );
     assert!(

@@ -10,8 +10,10 @@ use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
 
+pub mod aof;
 pub mod dump;
 pub mod guard;
+pub mod holds;
 pub mod model;
 pub mod server;
 
@@ -324,6 +326,16 @@ pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
         }
         sleep(Duration::from_millis(10));
     }
+}
+
+/// Waits until no RDB save or AOF rewrite is running or scheduled (20 s at most).
+pub fn wait_persistence_idle(c: &mut Connection) {
+    let idle = wait_until(Duration::from_secs(20), || {
+        info_field(c, "persistence", "rdb_bgsave_in_progress").as_deref() == Some("0")
+            && info_field(c, "persistence", "aof_rewrite_in_progress").as_deref() == Some("0")
+            && info_field(c, "persistence", "aof_rewrite_scheduled").as_deref() == Some("0")
+    });
+    assert!(idle, "background save/rewrite did not finish in 20s");
 }
 
 /// A field of `INFO <section>`.
