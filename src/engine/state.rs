@@ -83,7 +83,9 @@ impl Engine {
     /// Handles key events that arrived while the engine was busy, then publishes the
     /// counts others read.
     fn settle_pending(&mut self) {
-        if HAS_PENDING.swap(false, Ordering::AcqRel) {
+        // A plain load first: the swap is a locked instruction, and nothing is pending on
+        // almost every call.
+        if HAS_PENDING.load(Ordering::Acquire) && HAS_PENDING.swap(false, Ordering::AcqRel) {
             let pending = std::mem::take(&mut *PENDING.lock().unwrap_or_else(|e| e.into_inner()));
             for (db, key) in pending {
                 self.key_gone(db, &key);
