@@ -335,10 +335,11 @@ fn call(
     args: &[RedisString],
 ) -> *mut raw::RedisModuleCallReply {
     let a = |i: usize| args[i].inner;
-    // SAFETY: the function pointer is set once at module load, before any command. ctx.ctx is the live context of LOCK.GUARD; `name` is NUL-terminated (a known
-    // command name has no NUL, `check` saw to that); each format has one "s" per string
-    // passed, or "v" with a pointer and a length of live strings. The server only reads the
-    // strings and retains them by reference count.
+    // SAFETY: the function pointer is set once at module load, before any command. ctx.ctx
+    // is the live context of LOCK.GUARD; `name` is NUL-terminated (a known command name has
+    // no NUL, `check` saw to that); each format has one "s" per string passed, or "v" with a
+    // pointer and a length of live strings. The server only reads the strings and retains
+    // them by reference count.
     unsafe {
         let call = raw::RedisModule_Call.unwrap();
         match args.len() {
