@@ -429,6 +429,63 @@ fn null_replies_on_the_wire() {
     assert_eq!(raw.call(&[b"LOCK.RELEASE", b"held", b"other"]), b":0\r\n");
 }
 
+/// `LOCK.INFO`'s whole reply on the wire, exclusive and shared, in RESP2 and RESP3: field
+/// names and the mode are bulk strings (as `HGETALL` replies), the shared lock's holder a
+/// null, numbers integers; only the ttl moves between two calls.
+#[test]
+fn info_reply_on_the_wire() {
+    let s = Server::new();
+    let mut c = s.conn();
+    let fe = acquire(&mut c, "ex", "owner", 60_000).unwrap();
+    let fs = match cmd!(&mut c, "LOCK.ACQUIRE", "sh", "r1", 60_000, "SHARED") {
+        Ok(Value::Int(f)) => f,
+        other => panic!("shared acquire: {other:?}"),
+    };
+    let bulk = |t: &str| format!("${}\r\n{t}\r\n", t.len());
+    let fields = |holder: &str, fence: i64, mode: &str| {
+        [
+            bulk("holder"),
+            holder.to_string(),
+            bulk("fence"),
+            format!(":{fence}\r\n"),
+            bulk("ttl"),
+            "TTL".to_string(),
+            bulk("waiters"),
+            ":0\r\n".to_string(),
+            bulk("mode"),
+            bulk(mode),
+            bulk("holders"),
+            ":1\r\n".to_string(),
+        ]
+        .concat()
+    };
+    // The ttl, somewhere in the last minute, as `TTL`.
+    let masked = |r: Vec<u8>| -> String {
+        let r = String::from_utf8(r).expect("UTF-8 reply");
+        let at = r.find("$3\r\nttl\r\n:").expect("a ttl field") + 10;
+        let end = at + r[at..].find("\r\n").expect("the ttl's end") + 2;
+        let ttl: i64 = r[at..end - 2].parse().expect("an integer ttl");
+        assert!((59_000..=60_000).contains(&ttl), "ttl {ttl} in {r:?}");
+        format!("{}TTL{}", &r[..at - 1], &r[end..])
+    };
+    let mut raw = s.raw();
+    for (head, null) in [("*12\r\n", "$-1\r\n"), ("%6\r\n", "_\r\n")] {
+        if head.starts_with('%') {
+            assert!(raw.call(&[b"HELLO", b"3"]).starts_with(b"%"));
+        }
+        assert_eq!(
+            masked(raw.call(&[b"LOCK.INFO", b"ex"])),
+            format!("{head}{}", fields(&bulk("owner"), fe, "exclusive")),
+            "exclusive, {head:?}"
+        );
+        assert_eq!(
+            masked(raw.call(&[b"LOCK.INFO", b"sh"])),
+            format!("{head}{}", fields(null, fs, "shared")),
+            "shared, {head:?}"
+        );
+    }
+}
+
 // ---------------------------------------------------------------- WRONGTYPE
 
 #[test]

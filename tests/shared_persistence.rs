@@ -986,15 +986,26 @@ fn down_past_mix(t0: Instant) {
     sleep(Duration::from_millis(1_300).saturating_sub(t0.elapsed()));
 }
 
-// ------------------------------------------------------------ round trips
+/// A server stopped and started again by [`restarted`].
+struct Restarted {
+    s: Server,
+    p: Populated,
+    c: Connection,
+    /// The fence of the mix's long hold.
+    m2: i64,
+    /// The keys before the restart.
+    before: Snap,
+    /// The findings so far.
+    f: Findings,
+}
 
-#[test]
-fn shared_holds_survive_rdb_save_and_restart() {
-    let mut s = Server::new();
+/// Populates `s` and adds the mix, runs `persist`, stops the server and starts it again once
+/// the mix's leases are over, and compares the keys before and after under `what`.
+fn restarted(mut s: Server, what: &str, persist: impl FnOnce(&mut Connection)) -> Restarted {
     let p = populate(&s);
     let mut c = s.conn();
     let (t_mix, m2) = add_mix(&mut c);
-    assert_eq!(cmd!(&mut c, "SAVE"), Ok(Value::Okay));
+    persist(&mut c);
     let before = snap(&mut c, &KEYS);
     drop(c);
     s.stop();
@@ -1003,8 +1014,25 @@ fn shared_holds_survive_rdb_save_and_restart() {
     let mut c = s.conn();
     let after = snap(&mut c, &KEYS);
     let mut f = Findings::default();
-    compare(&before, &after, "SAVE + restart", &mut f);
-    check_mix(&mut c, m2, "SAVE + restart", &mut f);
+    compare(&before, &after, what, &mut f);
+    check_mix(&mut c, m2, what, &mut f);
+    Restarted {
+        s,
+        p,
+        c,
+        m2,
+        before,
+        f,
+    }
+}
+
+// ------------------------------------------------------------ round trips
+
+#[test]
+fn shared_holds_survive_rdb_save_and_restart() {
+    let Restarted { s, p, mut f, .. } = restarted(Server::new(), "SAVE + restart", |c| {
+        assert_eq!(cmd!(c, "SAVE"), Ok(Value::Okay));
+    });
     fences_go_on(&s, &p, Went::Dataset, "SAVE + restart", &mut f);
     f.done("RDB");
 }
@@ -1014,20 +1042,18 @@ fn shared_holds_survive_rdb_save_and_restart() {
 /// keys) and loaded again.
 #[test]
 fn shared_holds_survive_aof_with_rdb_preamble() {
-    let mut s = Server::start(Opts::new().appendonly());
-    let p = populate(&s);
-    let mut c = s.conn();
-    let (t_mix, m2) = add_mix(&mut c);
-    let before = snap(&mut c, &KEYS);
-    drop(c);
-    s.stop();
-    down_past_mix(t_mix);
-    s.start_again();
-    let mut c = s.conn();
-    let after = snap(&mut c, &KEYS);
-    let mut f = Findings::default();
-    compare(&before, &after, "AOF replay", &mut f);
-    check_mix(&mut c, m2, "AOF replay", &mut f);
+    let Restarted {
+        mut s,
+        p,
+        mut c,
+        m2,
+        mut f,
+        ..
+    } = restarted(
+        Server::start(Opts::new().appendonly()),
+        "AOF replay",
+        |_| {},
+    );
 
     assert!(cmd!(&mut c, "BGREWRITEAOF").is_ok());
     wait_persistence_idle(&mut c);
@@ -1056,20 +1082,18 @@ fn is_rdb(b: &[u8]) -> bool {
 /// the rewrite (the incremental file on top of the text base), and loaded again.
 #[test]
 fn shared_holds_survive_aof_without_rdb_preamble() {
-    let mut s = Server::start(Opts::new().appendonly().no_rdb_preamble());
-    let p = populate(&s);
-    let mut c = s.conn();
-    let (t_mix, m2) = add_mix(&mut c);
-    let before = snap(&mut c, &KEYS);
-    drop(c);
-    s.stop();
-    down_past_mix(t_mix);
-    s.start_again();
-    let mut c = s.conn();
-    let after = snap(&mut c, &KEYS);
-    let mut f = Findings::default();
-    compare(&before, &after, "AOF replay", &mut f);
-    check_mix(&mut c, m2, "AOF replay", &mut f);
+    let Restarted {
+        mut s,
+        p,
+        mut c,
+        m2,
+        before,
+        mut f,
+    } = restarted(
+        Server::start(Opts::new().appendonly().no_rdb_preamble()),
+        "AOF replay",
+        |_| {},
+    );
 
     assert!(cmd!(&mut c, "BGREWRITEAOF").is_ok());
     wait_persistence_idle(&mut c);
