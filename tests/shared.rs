@@ -301,9 +301,10 @@ fn each_shared_hold_ends_at_its_own_deadline() {
                 assert!(gone[n].is_none(), "{t} came back after it ended: {hs:?}");
             }
         }
-        // While only b and c hold: INFO's ttl is c's, the longest.
+        // While only b and c hold: INFO's ttl is c's, the longest. b must still have a while
+        // to go, or it may end between `LOCK.HOLDERS` and `LOCK.INFO` (it did once, in CI).
         if let Some(hs) = &hs {
-            if tokens(hs) == ["b", "c"] && hs[1].ttl > hs[0].ttl + 300 {
+            if tokens(hs) == ["b", "c"] && hs[0].ttl > 100 && hs[1].ttl > hs[0].ttl + 300 {
                 let i = info(&mut c, "k").unwrap();
                 assert_eq!(i.holders, 2, "{i:?}");
                 assert!(
