@@ -159,6 +159,70 @@ pub(crate) fn run_contended(
     c
 }
 
+/// One connection's `PING` round trips, one measurement per round: the ceiling of any
+/// hand-off. Each `WAIT` hand-off waits for one client round trip (the grant's reply goes to
+/// a client, whose `LOCK.RELEASE` grants the next), so no scheme can hand off faster than one
+/// connection can go to the server and back, whatever the server does.
+#[derive(Default)]
+pub(crate) struct RoundTrips {
+    pub(crate) count: u64,
+    pub(crate) secs: f64,
+    pub(crate) cpu_secs: f64,
+    /// Round trips/s of each round, paired with the schemes' rounds.
+    pub(crate) rounds: Vec<f64>,
+}
+
+impl RoundTrips {
+    pub(crate) fn rate(&self) -> f64 {
+        self.count as f64 / self.secs
+    }
+    /// `c`'s hand-offs/s as a fraction of the round trips/s, by paired rounds.
+    pub(crate) fn share(&self, c: &Contended) -> Paired {
+        Paired::of(&c.rounds, &self.rounds)
+    }
+    /// The round trips/s needed for `times` `c`'s hand-offs/s, as a multiple of the ceiling.
+    pub(crate) fn needed(&self, c: &Contended, times: f64) -> Paired {
+        let p = self.share(c);
+        Paired {
+            median: p.median * times,
+            min: p.min * times,
+            max: p.max * times,
+        }
+    }
+}
+
+/// One round of the ceiling: `PING` and wait for the reply, for as long as a scheme's round,
+/// on a thread of the bench process (so pinned as the contenders are), through the same
+/// `redis` connection and `call`.
+pub(crate) fn run_round_trips(srv: &Server, plan: &Plan, rt: &mut RoundTrips) {
+    let mut probe = srv.conn();
+    let mut con = srv.conn();
+    call(&mut con, &["PING"]);
+    let c0 = server_cpu(&mut probe);
+    let start = Instant::now();
+    let end = start + plan.contended;
+    let mut n = 0u64;
+    while Instant::now() < end {
+        match call(&mut con, &["PING"]) {
+            Value::SimpleString(s) if s == "PONG" => n += 1,
+            other => panic!("PING replied {other:?}"),
+        }
+    }
+    // The last round trip may end past `end`: count the time it took.
+    let secs = start.elapsed().as_secs_f64();
+    let cpu = server_cpu(&mut probe) - c0;
+    rt.count += n;
+    rt.secs += secs;
+    rt.cpu_secs += cpu;
+    rt.rounds.push(n as f64 / secs);
+    eprintln!(
+        "  {:<44} {:>10.0} round trips/s (server cpu {:>3.0}%)",
+        "one connection's PING round trips",
+        n as f64 / secs,
+        cpu / secs * 100.0
+    );
+}
+
 /// The schemes of workload 4: `WAIT` first, its baselines after.
 const SCHEMES: [(&str, &str, Contender); 4] = [
     (
@@ -179,16 +243,28 @@ const SCHEMES: [(&str, &str, Contender); 4] = [
     ("SET NX PX + pub/sub wake-up", "pub/sub", Contender::PubSub),
 ];
 
-/// Workload 4: each scheme `FEW_ROUNDS` times, interleaved (A B C D, D C B A, …).
+/// The hand-offs/s `WAIT` must reach, as a multiple of the 1 ms poll's (issue #14).
+const HANDOFF_GOAL: f64 = 3.0;
+
+/// Workload 4: the round trips (R) and each scheme `FEW_ROUNDS` times, interleaved (R A B C
+/// D, D C B A R, …): R sits next to `WAIT` in every round, in the same machine conditions.
 pub(crate) fn run_contention(ctx: &Ctx) -> Box<dyn Outcome> {
     eprintln!("4. Contended");
     let mut runs: Vec<Option<Contended>> = SCHEMES.iter().map(|_| None).collect();
+    let mut round_trips = RoundTrips::default();
     for round in 0..FEW_ROUNDS {
-        let mut order: Vec<usize> = (0..SCHEMES.len()).collect();
+        // `None`: the round trips.
+        let mut order: Vec<Option<usize>> = std::iter::once(None)
+            .chain((0..SCHEMES.len()).map(Some))
+            .collect();
         if round % 2 == 1 {
             order.reverse();
         }
         for i in order {
+            let Some(i) = i else {
+                run_round_trips(ctx.srv, ctx.plan, &mut round_trips);
+                continue;
+            };
             let c = run_contended(ctx.srv, ctx.s, ctx.plan, SCHEMES[i]);
             match &mut runs[i] {
                 Some(sum) => sum.absorb(c),
@@ -196,36 +272,55 @@ pub(crate) fn run_contention(ctx: &Ctx) -> Box<dyn Outcome> {
             }
         }
     }
-    Box::new(Contention(runs.into_iter().flatten().collect()))
+    Box::new(Contention {
+        runs: runs.into_iter().flatten().collect(),
+        round_trips,
+    })
 }
 
-/// Workload 4's results, in the order of `SCHEMES`.
-struct Contention(Vec<Contended>);
+/// Workload 4's results: the schemes in the order of `SCHEMES`, and their ceiling.
+struct Contention {
+    runs: Vec<Contended>,
+    round_trips: RoundTrips,
+}
 
 impl Outcome for Contention {
     fn print(&self) {
-        print_contended(&self.0);
+        print_contended(&self.runs, &self.round_trips);
     }
     fn json(&self) -> (&'static str, Json) {
-        let runs = self.0.iter().map(|c| c.json(&self.0));
+        let [wait, _, poll, _] = &self.runs[..] else {
+            unreachable!()
+        };
+        let rt = &self.round_trips;
+        let runs = self.runs.iter().map(|c| c.json(&self.runs));
+        let rounds = rt.rounds.iter().map(|&x| x.into());
         let part = obj(vec![
             ("clients", (CONTENDED_CLIENTS as u64).into()),
             ("runs", Json::Arr(runs.collect())),
+            ("round_trips_per_sec", rt.rate().into()),
+            ("round_trips_per_sec_rounds", Json::Arr(rounds.collect())),
+            (
+                "round_trips_server_cpu_util",
+                (rt.cpu_secs / rt.secs).into(),
+            ),
+            ("wait_vs_round_trip", rt.share(wait).json()),
+            ("goal_vs_round_trip", rt.needed(poll, HANDOFF_GOAL).json()),
         ]);
         ("contended", part)
     }
     fn targets(&self) -> Vec<Target> {
-        let [wait, _, poll, _] = &self.0[..] else {
+        let [wait, _, poll, _] = &self.runs[..] else {
             unreachable!()
         };
-        let violations: u64 = self.0.iter().map(|c| c.violations).sum();
+        let violations: u64 = self.runs.iter().map(|c| c.violations).sum();
         let fair = wait.fairness_rounds();
         vec![
             ratio_target(
                 "#14",
                 "contended hand-offs/s vs 1 ms poll",
                 wait.vs(poll),
-                3.0,
+                HANDOFF_GOAL,
             ),
             Target {
                 range: Some((fair.min, fair.max)),
@@ -249,11 +344,13 @@ impl Outcome for Contention {
         ]
     }
     fn summary(&self) -> Vec<SummaryRow> {
-        let [wait, slow, fast, pubsub] = &self.0[..] else {
+        let [wait, slow, fast, pubsub] = &self.runs[..] else {
             unreachable!()
         };
-        let violations: u64 = self.0.iter().map(|c| c.violations).sum();
+        let violations: u64 = self.runs.iter().map(|c| c.violations).sum();
         let fair = wait.fairness_rounds();
+        let rt = &self.round_trips;
+        let (share, need) = (rt.share(wait), rt.needed(fast, HANDOFF_GOAL));
         vec![
             row(
                 format!("{CONTENDED_CLIENTS} clients on one key, `WAIT` vs polling"),
@@ -263,6 +360,20 @@ impl Outcome for Contention {
                     wait.vs(fast).show(),
                     wait.vs(slow).show(),
                     wait.vs(pubsub).show()
+                ),
+            ),
+            row(
+                "one connection's round trip (the ceiling of any hand-off)",
+                format!("{} round trips/s", thousands(rt.rate())),
+                format!(
+                    "`WAIT`'s hand-offs at {} of it [{}–{}]; {HANDOFF_GOAL}× the 1 ms poll \
+                     would need {:.2}× it [{:.2}–{:.2}]",
+                    percent(share.median),
+                    percent(share.min),
+                    percent(share.max),
+                    need.median,
+                    need.min,
+                    need.max
                 ),
             ),
             row(
@@ -289,11 +400,11 @@ impl Outcome for Contention {
         ]
     }
     fn errors(&self) -> u64 {
-        self.0.iter().map(|c| c.errors).sum()
+        self.runs.iter().map(|c| c.errors).sum()
     }
 }
 
-pub(crate) fn print_contended(all: &[Contended]) {
+pub(crate) fn print_contended(all: &[Contended], rt: &RoundTrips) {
     println!(
         "\n4. Contended: {CONTENDED_CLIENTS} clients on one key, acquire → release, no hold time \
          (hand-off = the lock goes to a different client; wait = from first try to acquisition)"
@@ -330,6 +441,7 @@ pub(crate) fn print_contended(all: &[Contended]) {
             vs.join(", ")
         );
     }
+    print_ceiling(all, rt);
     print_per_client(all);
     if all.iter().any(|c| c.errors > 0) {
         for c in all.iter().filter(|c| c.errors > 0) {
@@ -339,4 +451,26 @@ pub(crate) fn print_contended(all: &[Contended]) {
             );
         }
     }
+}
+
+/// The ceiling beside the table: `WAIT`'s hand-offs and the goal against one connection's
+/// round trips, in the same rounds.
+fn print_ceiling(all: &[Contended], rt: &RoundTrips) {
+    let [wait, _, poll, _] = all else {
+        unreachable!()
+    };
+    let (share, need) = (rt.share(wait), rt.needed(poll, HANDOFF_GOAL));
+    println!(
+        "  ceiling: one connection's PING round trips {}/s (srv cpu {:.0}%); WAIT hand-offs at \
+         {} of it [{}–{}]; {HANDOFF_GOAL}× the 1 ms poll would need {}/s ({} the ceiling [{}–{}])",
+        thousands(rt.rate()),
+        rt.cpu_secs / rt.secs * 100.0,
+        percent(share.median),
+        percent(share.min),
+        percent(share.max),
+        thousands(HANDOFF_GOAL * poll.handoff_rate()),
+        ratio(need.median),
+        ratio(need.min),
+        ratio(need.max)
+    );
 }
