@@ -10,8 +10,7 @@
 //! smoothly between two reads. A step of the wall clock reaches fences and propagated
 //! deadlines at the next cron tick, within 100 ms.
 
-use std::cell::Cell;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// One reading of both clocks, in microseconds (fine enough that rounding never shortens a
@@ -38,29 +37,35 @@ pub fn now() -> Now {
     }
 }
 
-thread_local! {
-    /// The time at which the running script or transaction began (`EXEC`, `EVAL`, `FCALL`
-    /// and their variants), noted by the command filter; `None` once a command outside one
-    /// has seen that it ended.
-    static UNIT_START: Cell<Option<Now>> = const { Cell::new(None) };
-}
+/// The time at which the running script or transaction began (`EXEC`, `EVAL`, `FCALL` and
+/// their variants), noted by the command filter: its monotonic reading, 0 once a command
+/// outside one has seen that it ended, and its wall reading. Only the main thread runs
+/// commands and filters, so relaxed loads and stores (plain moves) are enough; a
+/// thread-local would cost a call into the dynamic linker per command in a shared library.
+static UNIT_MONO: AtomicU64 = AtomicU64::new(0);
+static UNIT_WALL_US: AtomicI64 = AtomicI64::new(0);
 
 /// A script or transaction is about to run.
 pub fn unit_starts() {
-    UNIT_START.set(Some(now()));
+    let start = now();
+    UNIT_WALL_US.store(start.wall_us, Ordering::Relaxed);
+    UNIT_MONO.store(start.mono, Ordering::Relaxed);
 }
 
 /// The time a command judges leases by: within a script or `MULTI`/`EXEC`, the time it
 /// began, as the server judges key expiry there; elsewhere, now. `nested` says whether the
 /// running command is inside one; it is asked only after a script or transaction began.
 pub fn now_for(nested: impl FnOnce() -> bool) -> Now {
-    match UNIT_START.get() {
-        Some(start) if nested() => start,
-        Some(_) => {
-            UNIT_START.set(None);
+    match UNIT_MONO.load(Ordering::Relaxed) {
+        0 => now(),
+        mono if nested() => Now {
+            mono,
+            wall_us: UNIT_WALL_US.load(Ordering::Relaxed),
+        },
+        _ => {
+            UNIT_MONO.store(0, Ordering::Relaxed);
             now()
         }
-        None => now(),
     }
 }
 
@@ -158,11 +163,12 @@ mod tests {
     fn a_script_or_transaction_keeps_the_time_it_began() {
         assert!(now_for(|| panic!("asked outside a unit")).mono >= MONO_BASE);
         unit_starts();
-        let start = UNIT_START.get().unwrap();
+        let start = now_for(|| true);
         std::thread::sleep(std::time::Duration::from_millis(2));
         assert_eq!(now_for(|| true), start, "inside: the start");
+        assert!(now().mono > start.mono + 1000);
         assert!(now_for(|| false).mono > start.mono, "after it: now");
-        assert_eq!(UNIT_START.get(), None, "and forgotten");
+        assert_eq!(UNIT_MONO.load(Ordering::Relaxed), 0, "and forgotten");
     }
 
     #[test]

@@ -59,7 +59,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     replication::init(ctx);
     // No fence for a burst's length after a (re)start (see fence.rs): spent here, once, so
     // that no client ever meets it.
-    engine::fences().start(clock::now().mono_ms());
+    engine::with_fences(|f| f.start(clock::now().mono_ms()));
     std::thread::sleep(std::time::Duration::from_millis(fence::BURST_MS + 1));
     keyspace::set_lock_type(*LOCK_TYPE.raw_type.borrow());
     if let Err(e) = events::subscribe(ctx) {

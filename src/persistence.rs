@@ -86,7 +86,7 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
         return ptr::null_mut();
     };
     if replication::is_loading() {
-        engine::fences().observe(lock.last_fence());
+        engine::with_fences(|f| f.observe(lock.last_fence()));
     }
     // A key from elsewhere (`RESTORE`, `MIGRATE`) raises the high-water mark only once it
     // lands (`engine::relocated`): the server may still refuse the payload after this.
@@ -301,8 +301,9 @@ unsafe extern "C" fn free(value: *mut c_void) {
     // possibly on a background thread; nothing else reaches it then but the lease index,
     // which `forget` takes it out of under the index's mutex.
     let lock = unsafe { Box::from_raw(value.cast::<Lock>()) };
+    let by_engine = leases::is_being_deleted(&lock);
     leases::forget(&lock);
-    stats::lock_freed();
+    stats::lock_freed(by_engine);
 }
 
 /// The key leaves the keyspace (on the main thread, before the value is freed): the engine
@@ -342,16 +343,16 @@ unsafe extern "C" fn copy2(
 /// The fence high-water mark and when it was saved: a server that loads it again knows how
 /// far above it fences issued after the save can be (`FenceIssuer::reload`).
 unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
-    raw::save_unsigned(rdb, engine::fences().high_water());
+    raw::save_unsigned(rdb, engine::with_fences(|f| f.high_water()));
     raw::save_signed(rdb, clock::now().wall());
 }
 
 unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
     let loaded = match encver {
-        1 => raw::load_unsigned(rdb).map(|hw| engine::fences().observe(hw)),
+        1 => raw::load_unsigned(rdb).map(|hw| engine::with_fences(|f| f.observe(hw))),
         2 | 3 => raw::load_unsigned(rdb).and_then(|hw| {
             let saved_at = raw::load_signed(rdb)?;
-            engine::fences().reload(hw, saved_at, clock::now().wall());
+            engine::with_fences(|f| f.reload(hw, saved_at, clock::now().wall()));
             Ok(())
         }),
         _ => return raw::REDISMODULE_ERR as c_int,

@@ -3,10 +3,10 @@
 //! counters change only on the main thread (commands, timers, server events), so a bump is a
 //! relaxed load and store: a locked add cost the cycle about 1% (perf), two per cycle. The
 //! count of lock values is the exception: a lock can be freed on a background thread
-//! (`FLUSHALL ASYNC`), so it is a true atomic add.
+//! (`FLUSHALL ASYNC`), so those frees, and only those, are counted by a true atomic add.
 
 use std::ffi::CStr;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use redis_module::{Context, RedisString};
 
@@ -49,19 +49,30 @@ pub static GUARDED_RUNS: Counter = Counter::new();
 /// `LOCK.GUARD` calls refused with `FENCED`.
 pub static GUARDED_REFUSALS: Counter = Counter::new();
 
-/// Lock values in memory: created by acquire, load, restore, copy; freed with their key.
-static LOCKS: AtomicI64 = AtomicI64::new(0);
+/// Lock values created (by acquire, load, restore, copy: on the main thread), and freed
+/// with their key, on the main thread or on one of the server's own.
+static LOCKS_CREATED: Counter = Counter::new();
+static LOCKS_FREED: Counter = Counter::new();
+static LOCKS_FREED_ELSEWHERE: AtomicU64 = AtomicU64::new(0);
 
 pub fn lock_created() {
-    LOCKS.fetch_add(1, Ordering::Relaxed);
+    LOCKS_CREATED.bump();
 }
 
-pub fn lock_freed() {
-    LOCKS.fetch_sub(1, Ordering::Relaxed);
+/// A lock was freed; `by_engine` when the engine deleted its key, which it does on the main
+/// thread (a release, a lease end). Any other free may be on another thread.
+pub fn lock_freed(by_engine: bool) {
+    if by_engine {
+        LOCKS_FREED.bump();
+    } else {
+        LOCKS_FREED_ELSEWHERE.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
+/// Lock values in memory.
 pub fn locks() -> i64 {
-    LOCKS.load(Ordering::Relaxed).max(0)
+    let freed = LOCKS_FREED.get() + LOCKS_FREED_ELSEWHERE.load(Ordering::Relaxed) as i64;
+    (LOCKS_CREATED.get() - freed).max(0)
 }
 
 /// A change that clients can see: counted in `INFO lock`, and announced as a keyspace event

@@ -18,7 +18,7 @@ use redis_module::{Context, ContextFlags, RedisString};
 
 use super::leases;
 use super::ops::{Propagation, Removal};
-use super::state::{fences, with, Engine, Withdrawal};
+use super::state::{with, with_fences, Engine, Withdrawal};
 use crate::blocked;
 use crate::clock::{self, Now};
 use crate::keyspace::{key_in_db, signal_modified, LockKey};
@@ -141,7 +141,7 @@ impl Engine {
                 break;
             }
             let (token, ttl, mode) = (w.token.clone(), w.ttl, w.want.mode);
-            let Ok(fence) = lock.grant(&token, ttl, mode, now, &mut fences()) else {
+            let Ok(fence) = with_fences(|f| lock.grant(&token, ttl, mode, now, f)) else {
                 if granted {
                     // The rest join when a fence can be issued again (the sweep retries).
                     self.regrants.push((db, name.as_slice().into()));
@@ -228,7 +228,7 @@ impl Engine {
             // An AOF rewritten without its RDB preamble keeps no aux data: the next file
             // starts with the mark, so that released keys' fences stay behind it.
             self.highwater_due = false;
-            let hw = fences().high_water();
+            let hw = with_fences(|f| f.high_water());
             if hw > 0 && replication::stream_is_read() {
                 propagate::replicate_highwater(ctx, hw, now.wall());
             }
@@ -377,7 +377,7 @@ pub fn aof_rewrite_started(ctx: &Context) {
 
 /// `LOCK.HIGHWATER`: a mark saved at `saved_ms`, replayed from the AOF or the master.
 pub fn highwater(ctx: &Context, fence: u64, saved_ms: i64) {
-    fences().reload(fence, saved_ms, clock::now().wall());
+    with_fences(|f| f.reload(fence, saved_ms, clock::now().wall()));
     ctx.replicate_verbatim();
 }
 

@@ -12,7 +12,7 @@
 //! removes their entries. So it has its own mutex, and an address is dereferenced only
 //! while that mutex is held: a lock being freed elsewhere is never read after it is gone.
 
-use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::block_set::BlockSet;
@@ -107,14 +107,16 @@ pub fn swap_dbs(a: i32, b: i32) {
     }
 }
 
-thread_local! {
-    /// The lock whose key `remove_and_delete` is deleting on this thread, if any.
-    static DELETING: Cell<usize> = const { Cell::new(0) };
-}
+/// The address of the lock whose key `remove_and_delete` is deleting, or 0. Set and cleared
+/// on the main thread; a free on another thread may read it, and never matches, because
+/// the lock it frees is not the live one being deleted here. (A static rather than a
+/// thread-local: in a shared library each thread-local access is a call.)
+static DELETING: AtomicUsize = AtomicUsize::new(0);
 
-/// True while the engine itself deletes `lock`'s key (`remove_and_delete`).
+/// True while the engine itself deletes `lock`'s key (`remove_and_delete`), on the main
+/// thread.
 pub fn is_being_deleted(lock: &Lock) -> bool {
-    DELETING.get() == address(lock)
+    DELETING.load(Ordering::Relaxed) == address(lock)
 }
 
 /// Removes a lock's entry; the type's free callback calls this before the memory goes.
@@ -131,7 +133,7 @@ pub fn forget(lock: &Lock) {
 /// the server defers to a background thread does not see the mark and looks (in vain).
 pub fn remove_and_delete(lock: usize, deadline: u64, delete: impl FnOnce()) {
     update(lock, Some(deadline), None);
-    DELETING.set(lock);
+    DELETING.store(lock, Ordering::Relaxed);
     delete();
-    DELETING.set(0);
+    DELETING.store(0, Ordering::Relaxed);
 }

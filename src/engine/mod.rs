@@ -12,8 +12,8 @@
 //! - `handoff.rs`: how a free lock passes on, the sweep of due deadlines, and the timer.
 //! - `server.rs`: what the server does around a key, and blocked clients that leave.
 //!
-//! Everything but the lease index is touched by the main thread only, under one mutex that
-//! is never contended. The server can call back into the module while a command holds it
+//! Everything but the lease index is touched by the main thread only, and is thread-local
+//! (`state.rs`). The server can call back into the module while a command is inside it
 //! (opening a key with a TTL may expire it, and the expiry is announced to the module at
 //! once), so a key event that finds the engine busy is queued and handled when the running
 //! operation ends.
@@ -32,5 +32,5 @@ pub use server::{
     blocked_client_left, deliver, demoted, evicted, flushed, relocated, swapped,
     unblocked_by_client, unlinked, Arrival,
 };
-pub use state::{fences, waiting_clients};
+pub use state::{waiting_clients, with_fences};
 pub use waiters::Reply;

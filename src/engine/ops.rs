@@ -9,7 +9,7 @@
 use redis_module::{Context, ContextFlags, RedisString};
 
 use super::leases;
-use super::state::{fences, with, Engine};
+use super::state::{with, with_fences, Engine};
 use crate::args::{AcquireArgs, ApplyArgs};
 use crate::blocked;
 use crate::clock::{self, Now};
@@ -92,15 +92,9 @@ impl Engine {
         let mut key = LockKey::open(ctx, name);
         self.settle(ctx, &mut key, db, name, now)?;
         let Some(lock) = key.lock()? else {
-            let (lock, fence) = Lock::acquired(
-                name.as_slice(),
-                db,
-                a.token,
-                a.ttl,
-                a.want.mode,
-                now,
-                &mut fences(),
-            )?;
+            let (lock, fence) = with_fences(|f| {
+                Lock::acquired(name.as_slice(), db, a.token, a.ttl, a.want.mode, now, f)
+            })?;
             let lock = key.store(lock)?;
             stats::lock_created();
             let propagation = Propagation::of_command(token_arg);
@@ -110,7 +104,7 @@ impl Engine {
         let indexed = lock.deadline();
         let queued =
             super::state::waiting_clients() > 0 && self.waiters.head(db, name.as_slice()).is_some();
-        let acquired = lock.acquire(a.token, a.ttl, a.want, queued, now, &mut fences())?;
+        let acquired = with_fences(|f| lock.acquire(a.token, a.ttl, a.want, queued, now, f))?;
         let (fence, event) = match acquired {
             Acquire::Granted(fence) => (fence, Event::Acquired),
             Acquire::Renewed(fence) | Acquire::Downgraded(fence) => (fence, Event::Extended),
@@ -294,7 +288,7 @@ pub fn fence(
 ) -> Result<Option<u64>, LockError> {
     let token = token_arg.as_slice();
     by_holder(ctx, name, token_arg, now, Event::Fenced, |lock| {
-        Ok(lock.new_fence(token, now, &mut fences())?)
+        Ok(with_fences(|f| lock.new_fence(token, now, f))?)
     })
 }
 
@@ -381,7 +375,7 @@ pub fn apply(ctx: &Context, name: &RedisString, a: &ApplyArgs) -> Result<(), Loc
                 (None, Event::Acquired)
             }
         };
-        fences().observe(a.last_fence.unwrap_or(0).max(a.fence));
+        with_fences(|f| f.observe(a.last_fence.unwrap_or(0).max(a.fence)));
         let lock = key.lock()?.ok_or(LockError::WrongType)?;
         let earliest = lock.deadline();
         if indexed != Some(earliest) {

@@ -48,7 +48,7 @@ pub fn relocated(ctx: &Context, name: &RedisString, arrived: Arrival) {
     lock.relocate(name.as_slice(), selected_db(ctx));
     if arrived == Arrival::Restored {
         // Landed: its fences are this server's to stay above (see `persistence::rdb_load`).
-        super::state::fences().observe(lock.last_fence());
+        super::state::with_fences(|f| f.observe(lock.last_fence()));
     }
     let flags = ctx.get_flags();
     let replica = flags.contains(ContextFlags::SLAVE);
