@@ -17,7 +17,7 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 # The clock-step tests compile a small LD_PRELOAD library of their own.
 command -v cc >/dev/null 2>&1 || missing+=(gcc)
-# The client tests (tests/clients.rs) run redis-py in a venv and ioredis with npm.
+# The client tests (tests/clients/) run redis-py in a venv and ioredis with npm.
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 command -v node >/dev/null 2>&1 || missing+=(nodejs)

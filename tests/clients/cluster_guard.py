@@ -11,7 +11,7 @@ each call costs one COMMAND GETKEYS on the default node, which `target_nodes` sa
 fence is refused; keys in two slots are refused by RedisCluster and, sent to a node directly,
 by the server (CROSSSLOT).
 
-Run by tests/clients.rs as `python cluster_guard.py <port of any node>`, with flow.py beside it
+Run by tests/clients/ as `python cluster_guard.py <port of any node>`, with flow.py beside it
 (its `guarded` helper is the one docs/CLIENTS.md shows); exits non-zero on the first failure.
 """
 

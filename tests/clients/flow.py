@@ -7,7 +7,7 @@ semaphore recipes (held, read_lock, write_lock, permit) with the README's uses o
 readers hold together while a writer waits for both, and a reader after the writer waits for
 it; a semaphore of 2 permits whose third caller waits until one is released.
 
-Run by tests/clients.rs as `python flow.py <port> [flow|pattern|shared|all]` in a venv with
+Run by tests/clients/ as `python flow.py <port> [flow|pattern|shared|all]` in a venv with
 tests/clients/requirements.txt; exits non-zero (an AssertionError) on the first failure.
 """
 

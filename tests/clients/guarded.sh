@@ -1,4 +1,4 @@
-# The guarded-write helper for redis-cli that docs/CLIENTS.md shows; tests/clients.rs sources
+# The guarded-write helper for redis-cli that docs/CLIENTS.md shows; tests/clients/ sources
 # this file and runs it (redis_cli_flow).
 
 # guarded LOCK_KEY FENCE COMMAND [ARG ...]: runs COMMAND only while FENCE is the current fence

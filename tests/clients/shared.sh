@@ -1,5 +1,5 @@
 # The read-write lock and semaphore helpers for redis-cli that docs/CLIENTS.md shows;
-# tests/clients.rs sources this file and runs them (redis_cli_shared_holds).
+# tests/clients/ sources this file and runs them (redis_cli_shared_holds).
 
 # locked KEY TTL_MS WAIT_MS [SHARED [LIMIT N]] -- COMMAND [ARG ...]: runs COMMAND holding the
 # lock at KEY (alone; with SHARED, with the other SHARED holders; with SHARED LIMIT N, as one

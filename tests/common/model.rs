@@ -1,8 +1,8 @@
-//! The reference model of `tests/model.rs`: the lock's contract (README; shared holds as in
+//! The reference model of `tests/model/`: the lock's contract (README; shared holds as in
 //! issue #13) as plain state, written independently of `src/lock`. A key holds a lock of one
 //! or more holds (one exclusive, or shared ones, each with its own token, fence and lease), the
 //! last fence issued for it, and one FIFO queue of waiters of both kinds. The driver in
-//! `tests/model.rs` sends each operation to the server and to this model and compares.
+//! `tests/model/` sends each operation to the server and to this model and compares.
 
 use std::collections::VecDeque;
 use std::fmt;

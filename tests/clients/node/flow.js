@@ -6,7 +6,7 @@
 // withWriteLock, withPermit): two readers hold together while a writer waits for both, and a
 // reader after the writer waits for it; a semaphore of 2 permits whose third caller waits
 // until one is released.
-// Run by tests/clients.rs as `node flow.js <port> [flow|pattern|shared|all]`; exits non-zero
+// Run by tests/clients/ as `node flow.js <port> [flow|pattern|shared|all]`; exits non-zero
 // on the first failure.
 "use strict";
 

@@ -1,0 +1,18 @@
+//! Every command row, reply shape and bad-input class of the README, against a real server.
+//!
+//! The tests, by concern: `lock_commands` (each `LOCK.*` command's row, and lease end),
+//! `reply_shapes` (RESP2/RESP3 replies, byte-exact), `bad_input` (`WRONGTYPE` and refused
+//! arguments), `max_ttl_config`, `server_integration` (`LOCK.APPLY` from clients,
+//! `MULTI`/`EXEC`, `WATCH`, `COMMAND INFO`/`DOCS`) and `keyspace_operations`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod bad_input;
+mod keyspace_operations;
+mod lock_commands;
+mod max_ttl_config;
+mod reply_shapes;
+mod server_integration;
+
+const DEFAULT_MAX_TTL: i64 = 86_400_000;
