@@ -1,4 +1,4 @@
-//! Shared holds as the tests of `SHARED` see them (`tests/shared.rs`, `tests/shared_queue.rs`,
+//! Shared holds as the tests of `SHARED` see them (`tests/shared/`, `tests/shared_queue/`,
 //! `tests/shared_persistence/`): `LOCK.ACQUIRE` with options, `LOCK.HOLDERS` parsed into
 //! [`Hold`]s, and [`Pending`], a `LOCK.ACQUIRE` answered in a thread of its own.
 #![allow(dead_code)]

@@ -20,7 +20,7 @@
 //! 6. Each lease ends within milliseconds of its deadline while the module timer is armed for
 //!    a later one (a timer that is not re-armed leaves it to the 100 ms cron).
 //!
-//! (`CLIENT PAUSE … WRITE` is in `tests/server_rules.rs`.)
+//! (`CLIENT PAUSE … WRITE` is in `tests/server_rules/`.)
 //!
 //! Files, by the numbers above: `moved_leases` (1), `replicated_deadlines` (2),
 //! `writable_replica` (3), `scripts_and_transactions` (4), `replica_events` (5),
