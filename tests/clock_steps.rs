@@ -16,12 +16,12 @@ use std::fs;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 use std::thread::sleep;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use common::support_lib::build_support_lib;
 use common::*;
 use redis::Value;
 
@@ -38,48 +38,10 @@ const SLACK: Duration = Duration::from_millis(500);
 
 // ------------------------------------------------------------------- the wall-clock shifter
 
-fn target_dir() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    match std::env::var("CARGO_TARGET_DIR") {
-        Ok(t) => manifest.join(t),
-        Err(_) => manifest.join("target"),
-    }
-}
-
-/// Compiles `tests/support/wallshift.c` once per test process.
+/// `tests/support/wallshift.c`, compiled once per test process.
 fn wallshift_so() -> &'static Path {
     static SO: OnceLock<PathBuf> = OnceLock::new();
-    SO.get_or_init(|| {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/wallshift.c");
-        let dir = target_dir();
-        fs::create_dir_all(&dir).expect("create target dir");
-        let out = dir.join("wallshift.so");
-        // Build under a private name and rename, so that concurrent test processes never
-        // load a half-written library.
-        let tmp = dir.join(format!("wallshift.so.{}", std::process::id()));
-        let res = Command::new("cc")
-            .args(["-shared", "-fPIC", "-O2", "-o"])
-            .arg(&tmp)
-            .arg(&src)
-            .arg("-ldl")
-            .output();
-        let res = match res {
-            Ok(r) => r,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
-                "the clock-step tests need a C compiler: `cc` was not found \
-                 (install gcc, e.g. `apt-get install gcc`)"
-            ),
-            Err(e) => panic!("cannot run cc: {e}"),
-        };
-        assert!(
-            res.status.success(),
-            "cc failed to build {}:\n{}",
-            src.display(),
-            String::from_utf8_lossy(&res.stderr)
-        );
-        fs::rename(&tmp, &out).expect("rename wallshift.so");
-        out.canonicalize().unwrap()
-    })
+    SO.get_or_init(|| build_support_lib("wallshift", &["-ldl"], "the clock-step tests"))
 }
 
 /// The control file of one server's wall-clock offset.

@@ -13,14 +13,13 @@
 
 mod common;
 
-use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{mpsc, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use common::guard::*;
+use common::support_lib::build_support_lib;
 use common::*;
 use redis::{Connection, Value};
 
@@ -322,46 +321,10 @@ fn info_counters_move_by_exactly_what_ran_and_what_was_fenced() {
 
 // -------------------------------------------------------------------- the command table
 
-fn target_dir() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    match std::env::var("CARGO_TARGET_DIR") {
-        Ok(t) => manifest.join(t),
-        Err(_) => manifest.join("target"),
-    }
-}
-
-/// Compiles `tests/support/probe_module.c` once per test process (as `tests/clock_steps.rs`
-/// builds its library: under a private name, renamed into place).
+/// `tests/support/probe_module.c`, compiled once per test process.
 fn probe_so() -> &'static Path {
     static SO: OnceLock<PathBuf> = OnceLock::new();
-    SO.get_or_init(|| {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/probe_module.c");
-        let dir = target_dir();
-        fs::create_dir_all(&dir).expect("create target dir");
-        let out = dir.join("probe_module.so");
-        let tmp = dir.join(format!("probe_module.so.{}", std::process::id()));
-        let res = Command::new("cc")
-            .args(["-shared", "-fPIC", "-O2", "-o"])
-            .arg(&tmp)
-            .arg(&src)
-            .output();
-        let res = match res {
-            Ok(r) => r,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
-                "the module-change test needs a C compiler: `cc` was not found \
-                 (install gcc, e.g. `apt-get install gcc`)"
-            ),
-            Err(e) => panic!("cannot run cc (the module-change test needs gcc): {e}"),
-        };
-        assert!(
-            res.status.success(),
-            "cc failed to build {}:\n{}",
-            src.display(),
-            String::from_utf8_lossy(&res.stderr)
-        );
-        fs::rename(&tmp, &out).expect("rename probe_module.so");
-        out.canonicalize().unwrap()
-    })
+    SO.get_or_init(|| build_support_lib("probe_module", &[], "the module-change tests"))
 }
 
 /// The flags `COMMAND INFO` gives a command (empty for one the server does not know).

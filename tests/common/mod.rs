@@ -19,6 +19,7 @@ pub mod model;
 pub mod raw_conn;
 pub mod reporting;
 pub mod server;
+pub mod support_lib;
 pub mod waiter;
 
 pub use raw_conn::*;

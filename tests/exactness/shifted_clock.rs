@@ -4,49 +4,19 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use redis::Connection;
 
+use crate::common::support_lib::build_support_lib;
 use crate::common::*;
 
-fn target_dir() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    match std::env::var("CARGO_TARGET_DIR") {
-        Ok(t) => manifest.join(t),
-        Err(_) => manifest.join("target"),
-    }
-}
-
-/// Compiles `tests/support/wallshift.c` once per test process (as `tests/clock_steps.rs`
-/// does, under a private name renamed into place).
+/// `tests/support/wallshift.c`, compiled once per test process.
 fn wallshift_so() -> &'static Path {
     static SO: OnceLock<PathBuf> = OnceLock::new();
-    SO.get_or_init(|| {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/wallshift.c");
-        let dir = target_dir();
-        fs::create_dir_all(&dir).expect("create target dir");
-        let out = dir.join("wallshift.so");
-        let tmp = dir.join(format!("wallshift.so.exactness.{}", std::process::id()));
-        let res = Command::new("cc")
-            .args(["-shared", "-fPIC", "-O2", "-o"])
-            .arg(&tmp)
-            .arg(&src)
-            .arg("-ldl")
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run cc (the clock tests need gcc): {e}"));
-        assert!(
-            res.status.success(),
-            "cc failed to build {}:\n{}",
-            src.display(),
-            String::from_utf8_lossy(&res.stderr)
-        );
-        fs::rename(&tmp, &out).expect("rename wallshift.so");
-        out.canonicalize().unwrap()
-    })
+    SO.get_or_init(|| build_support_lib("wallshift", &["-ldl"], "the clock tests"))
 }
 
 /// The offset file of a shifted server; removed on drop (the server keeps the last value).
