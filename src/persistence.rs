@@ -302,7 +302,9 @@ unsafe extern "C" fn free(value: *mut c_void) {
     // which `forget` takes it out of under the index's mutex.
     let lock = unsafe { Box::from_raw(value.cast::<Lock>()) };
     let by_engine = leases::is_being_deleted(&lock);
-    leases::forget(&lock);
+    if !by_engine {
+        leases::forget(&lock);
+    }
     stats::lock_freed(by_engine);
 }
 

@@ -119,11 +119,9 @@ pub fn is_being_deleted(lock: &Lock) -> bool {
     DELETING.load(Ordering::Relaxed) == address(lock)
 }
 
-/// Removes a lock's entry; the type's free callback calls this before the memory goes.
+/// Removes a lock's entry; the type's free callback calls this before the memory goes,
+/// unless `is_being_deleted` (then `remove_and_delete` took it out already).
 pub fn forget(lock: &Lock) {
-    if is_being_deleted(lock) {
-        return; // taken out by `remove_and_delete`, which is deleting its key right now
-    }
     update(address(lock), Some(lock.deadline()), None);
 }
 

@@ -67,24 +67,19 @@ fn new_engine() -> Engine {
 /// Runs `f` on the engine. Never from inside it: the adapters call in once, and what the
 /// server calls back while the engine works goes through `try_with`.
 pub(super) fn with<R>(f: impl FnOnce(&mut Engine) -> R) -> R {
-    ENGINE.with(|cell| {
-        let mut guard = cell.borrow_mut();
-        let engine = guard.get_or_insert_with(new_engine);
-        let r = f(engine);
-        engine.settle_pending();
-        r
-    })
+    ENGINE.with(|cell| run(&mut cell.borrow_mut(), f))
 }
 
 /// Runs `f` on the engine unless this thread is inside it already; `None` then.
 pub(super) fn try_with<R>(f: impl FnOnce(&mut Engine) -> R) -> Option<R> {
-    ENGINE.with(|cell| {
-        let mut guard = cell.try_borrow_mut().ok()?;
-        let engine = guard.get_or_insert_with(new_engine);
-        let r = f(engine);
-        engine.settle_pending();
-        Some(r)
-    })
+    ENGINE.with(|cell| Some(run(&mut *cell.try_borrow_mut().ok()?, f)))
+}
+
+fn run<R>(slot: &mut Option<Engine>, f: impl FnOnce(&mut Engine) -> R) -> R {
+    let engine = slot.get_or_insert_with(new_engine);
+    let r = f(engine);
+    engine.settle_pending();
+    r
 }
 
 impl Engine {

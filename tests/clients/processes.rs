@@ -17,12 +17,7 @@ pub(crate) fn manifest_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-pub(crate) fn target_dir() -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(t) => manifest_dir().join(t),
-        None => manifest_dir().join("target"),
-    }
-}
+pub(crate) use crate::common::support_lib::target_dir;
 
 /// A note that `cargo test` does not swallow: written to the process's stderr directly.
 pub(crate) fn note(msg: &str) {
