@@ -7,6 +7,8 @@
 # the user-space instructions the server executed per cycle (kernel time is not counted).
 #
 #   scripts/bench-instructions.sh                    # module cycle vs the native floor
+#                                                    # and the module floor (a minimal C
+#                                                    # module lock, tests/support/minimal_lock.c)
 #   AOF=1 scripts/bench-instructions.sh              # the same with appendonly yes (the
 #                                                    # propagated effects are built and written)
 #   HELD=1000000 scripts/bench-instructions.sh       # with that many long-held locks first
@@ -16,10 +18,12 @@ cd "$(dirname "$0")/.."
 MODULE=${REDIS_LOCK_MODULE:-$PWD/target/release/libredis_lock.so}
 CYCLES=${CYCLES:-20000}
 HELD=${HELD:-0}
-for tool in valgrind callgrind_control redis-cli redis-server python3; do
+for tool in valgrind callgrind_control redis-cli redis-server python3 cc; do
     command -v "$tool" >/dev/null || { echo "needs $tool (make leak-check installs valgrind)" >&2; exit 2; }
 done
 [ -f "$MODULE" ] || { echo "no module at $MODULE: run make build" >&2; exit 2; }
+MINIMAL=$(mktemp -d)/minimal_lock.so
+cc -shared -fPIC -O2 -o "$MINIMAL" tests/support/minimal_lock.c
 
 # RESP for the workload `$1` (lock | floor), `$2` cycles, on stdout.
 workload() {
@@ -34,7 +38,10 @@ def cmd(*args):
 out = []
 for base in range(0, n, 16):
     batch = [(f"lk:{i % 1000:09}", f"tok-{i}") for i in range(base, base + 16)]
-    if kind == "lock":
+    if kind == "minimal":
+        out += [cmd("MINLOCK.ACQUIRE", k, t, 60000) for k, t in batch]
+        out += [cmd("MINLOCK.RELEASE", k, t) for k, t in batch]
+    elif kind == "lock":
         out += [cmd("LOCK.ACQUIRE", k, t, 60000) for k, t in batch]
         out += [cmd("LOCK.RELEASE", k, t) for k, t in batch]
     else:
@@ -61,12 +68,12 @@ sys.stdout.write("".join(out))
 PY
 }
 
-# Instructions per cycle of workload `$1`; `$2` = without to run the server without the
-# module (what the module costs the server's other commands: its keyspace-event callback and,
-# on Redis 7.0, its command filter).
+# Instructions per cycle of workload `$1` (lock | floor | minimal), on a server with both
+# modules loaded; `$2` = without to run the server without them (what the module costs the
+# server's other commands: its keyspace-event callback and, on Redis 7.0, its command filter).
 count() {
     local kind=$1 dir port pid total
-    local load=(--loadmodule "$MODULE")
+    local load=(--loadmodule "$MODULE" --loadmodule "$MINIMAL")
     [ "${2:-}" = without ] && load=()
     dir=$(mktemp -d)
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -94,10 +101,14 @@ count() {
 
 lock=$(count lock)
 floor=$(count floor)
+minimal=$(count minimal)
 bare=$(count floor without)
+rm -rf "$(dirname "$MINIMAL")"
 echo "server instructions per cycle (callgrind, $CYCLES cycles in batches of 16, held=$HELD, aof=${AOF:-0}):"
 echo "  LOCK.ACQUIRE + LOCK.RELEASE  $lock"
 echo "  SET PX + DEL (floor)         $floor"
+echo "  MINLOCK.ACQUIRE + MINLOCK.RELEASE (module floor) $minimal"
 echo "  SET PX + DEL, module not loaded $bare"
 python3 -c "print(f'  module vs floor: {$floor / $lock:.3f}x (floor instructions / module instructions)')"
+python3 -c "print(f'  module vs module floor: {$minimal / $lock:.3f}x')"
 python3 -c "print(f'  the loaded module costs SET PX + DEL {($floor - $bare) / $bare * 100:+.1f}% instructions')"

@@ -13,7 +13,11 @@
 //!
 //! 1. **Uncontended cycle** [`cycle`] — acquire then release on random keys, 4 connections,
 //!    batches of 1 and 16 cycles: `LOCK.ACQUIRE`+`LOCK.RELEASE` vs `SET NX PX` + `EVALSHA`
-//!    compare-and-delete ("Lua") vs `SET PX` + `DEL` (two native commands: the "floor").
+//!    compare-and-delete ("Lua") vs `SET PX` + `DEL` (two native commands: the "floor") vs
+//!    `MINLOCK.ACQUIRE` + `MINLOCK.RELEASE`, a minimal lock in a C module loaded beside
+//!    redis-lock (`tests/support/minimal_lock.c`: a module value holding the token, the
+//!    key's TTL as its lease, a fence reply; no waiters, index or replication): the "module
+//!    floor", what the same cycle costs through the module API.
 //! 2. **Fenced cycle** [`fenced`] — the module's acquire returns a fence anyway; the baseline
 //!    is an `EVALSHA` acquire doing `SET NX PX` + `INCR` of a fence key, and the Lua release.
 //! 3. **Single command**, batches of 1 and 16: [`single`] `LOCK.ACQUIRE` vs `SET NX PX` on
@@ -64,9 +68,10 @@
 //!    `BENCH_SEM_WORK_US` sets the hold (µs).
 //! 10. **Settings** [`settings`] (issue 14): the cycle at batch 16 (`LOCK.ACQUIRE` +
 //!     `LOCK.RELEASE` vs the floor, paired rounds as in 1) in three settings, each on fresh
-//!     servers and against the floor measured in the same setting: 10a no persistence; 10b
-//!     `appendonly yes`, `appendfsync everysec` (automatic rewrites off; the AOF is rewritten
-//!     to its small base between phases); 10c one replica attached (a second redis-server
+//!     servers and against the floor measured in the same setting: 10a no persistence
+//!     (with workload 1's module floor as a third variant); 10b `appendonly yes`,
+//!     `appendfsync everysec` (automatic rewrites off; the AOF is rewritten to its small
+//!     base between phases); 10c one replica attached (a second redis-server
 //!     with the module, `replicaof` the first, link up before the phases, caught up between
 //!     them). The replica runs on CPU 1 beside its master, so that the client keeps CPU 0 to
 //!     itself as everywhere else: 10c's throughput covers the master's and the replica's
@@ -153,6 +158,8 @@ mod semaphore;
 mod server;
 mod settings;
 mod shared;
+#[path = "../../tests/common/support_lib.rs"]
+mod support_lib;
 mod table;
 mod targets;
 mod throughput;
@@ -206,7 +213,9 @@ fn main() {
     let pinned = pin_client(cpus);
     plan.spin = pinned;
     // Pub/sub waiters that do not read for a while must not be disconnected.
-    let opts = Opts::new().extra(&["--client-output-buffer-limit", "pubsub 0 0 0"]);
+    let opts = Opts::new()
+        .extra(&["--client-output-buffer-limit", "pubsub 0 0 0"])
+        .extra(&minimal_lock_module());
     let srv = Server::start(if pinned { opts.cpu(1) } else { opts });
     let machine = Machine::read(&srv, module, cpus, pinned);
     machine.print(&srv, &plan);

@@ -3,7 +3,7 @@
 #[allow(unused_imports)]
 use crate::*;
 
-/// `BENCH_PROFILE=lock|lua|floor|lua-fenced|acquire|setnx|guard|set|lua-guard`: one op at
+/// `BENCH_PROFILE=lock|lua|floor|minimal|lua-fenced|acquire|setnx|guard|set|lua-guard`: one op at
 /// batch 16 (the last three: workload 7's `LOCK.GUARD … SET`, `SET`, Lua guarded `SET`), repeated for
 /// `BENCH_PROFILE_SECS` (default 20) so that `perf record -p <server pid>` or a before/after
 /// comparison can watch it. Prints the server's PID first.
@@ -27,12 +27,13 @@ pub(crate) fn profile(srv: &Server, s: &Scripts, plan: &Plan, which: &str) {
         "lock" => Op::LockCycle,
         "lua" => Op::LuaCycle,
         "floor" => Op::FloorCycle,
+        "minimal" => Op::MinimalCycle,
         "lua-fenced" => Op::LuaFencedCycle,
         "acquire" => Op::LockAcquire,
         "setnx" => Op::SetNx,
         other => {
             panic!(
-                "BENCH_PROFILE={other}: expected lock, lua, floor, lua-fenced, acquire, setnx, \
+                "BENCH_PROFILE={other}: expected lock, lua, floor, minimal, lua-fenced, acquire, setnx, \
                  guard, set or lua-guard"
             )
         }

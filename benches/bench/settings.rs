@@ -33,9 +33,19 @@ const SETTINGS: [(Setting, &str, &str, &str); 3] = [
 
 const LOCK: &str = "LOCK.ACQUIRE + LOCK.RELEASE";
 const FLOOR: &str = "SET PX + DEL (floor)";
+const MINIMAL: &str = "MINLOCK.ACQUIRE + MINLOCK.RELEASE (module floor)";
 const VARIANTS: [Variant<Op>; 2] = [
     (LOCK, "LOCK", Op::LockCycle, &[1]),
     (FLOOR, "floor", Op::FloorCycle, &[]),
+];
+/// Without persistence, also the module floor: what the cycle costs through a minimal
+/// module lock (`tests/support/minimal_lock.c`), which shows how much of the gap to the
+/// floor being a module type explains. (It propagates nothing, so it has no place in the
+/// other settings.)
+const PLAIN_VARIANTS: [Variant<Op>; 3] = [
+    (LOCK, "LOCK", Op::LockCycle, &[1, 2]),
+    (FLOOR, "floor", Op::FloorCycle, &[]),
+    (MINIMAL, "module floor", Op::MinimalCycle, &[1]),
 ];
 
 /// How long a server may take to settle between phases (a rewrite, a replica catching up).
@@ -52,7 +62,7 @@ struct Servers {
 fn start(setting: Setting, pinned: bool) -> Servers {
     let pin = |o: Opts, cpu| if pinned { o.cpu(cpu) } else { o };
     let opts = match setting {
-        Setting::Plain => Opts::new(),
+        Setting::Plain => Opts::new().extra(&minimal_lock_module()),
         // No rewrite during a phase: the size would drop. `settle` rewrites between phases.
         Setting::Aof => Opts::new().appendonly().extra(&[
             "--appendfsync",
@@ -155,6 +165,20 @@ impl SettingRun {
         let m = self.table.find(label, 16);
         m.other_cpu_secs * 1e6 / m.ops as f64
     }
+    /// The module's cycle against the module floor, and the module floor against the floor
+    /// (without persistence only).
+    fn vs_module_floor(&self) -> Option<(Paired, Paired)> {
+        self.table
+            .rows
+            .iter()
+            .any(|r| r.m.label == MINIMAL)
+            .then(|| {
+                (
+                    self.table.vs(LOCK, MINIMAL, 16).0,
+                    self.table.vs(MINIMAL, FLOOR, 16).0,
+                )
+            })
+    }
     fn has_replica(&self) -> bool {
         self.table.rows.iter().any(|r| r.m.other_cpu_secs > 0.0)
     }
@@ -178,7 +202,11 @@ pub(crate) fn run_settings(ctx: &Ctx) -> Box<dyn Outcome> {
         let srv = &servers.main;
         let scripts = Scripts::load(&mut srv.conn());
         let probed: Vec<&Server> = std::iter::once(srv).chain(&servers.replica).collect();
-        let table = table_with(srv, &title, &[16], &VARIANTS, |op, label, depth| {
+        let variants: &[Variant<Op>] = match setting {
+            Setting::Plain => &PLAIN_VARIANTS,
+            _ => &VARIANTS,
+        };
+        let table = table_with(srv, &title, &[16], variants, |op, label, depth| {
             servers.settle(setting);
             run_threads_on(&probed, plan, plan.phase, (label, depth), |t, pipe, w| {
                 drive(op, depth, t, pipe, &scripts, w)
@@ -213,6 +241,15 @@ impl Outcome for Settings {
                 percent(thr.spread()),
                 cpu.show()
             );
+            if let Some((lock, minimal)) = run.vs_module_floor() {
+                println!(
+                    "  module floor/floor {} ({}); LOCK/module floor {} ({})",
+                    minimal.show(),
+                    percent(minimal.spread()),
+                    lock.show(),
+                    percent(lock.spread())
+                );
+            }
             if !run.stream.is_empty() {
                 println!(
                     "  bytes per cycle to {}: LOCK {:.1}, floor {:.1}",
@@ -248,6 +285,14 @@ impl Outcome for Settings {
                 ("table", run.table.json()),
                 ("throughput_vs_floor", thr.json()),
                 ("server_cpu_vs_floor", cpu.json()),
+                (
+                    "module_floor_vs_floor",
+                    run.vs_module_floor().map_or(Json::Null, |(_, m)| m.json()),
+                ),
+                (
+                    "throughput_vs_module_floor",
+                    run.vs_module_floor().map_or(Json::Null, |(l, _)| l.json()),
+                ),
                 ("lock_bytes_per_cycle", bytes(LOCK)),
                 ("floor_bytes_per_cycle", bytes(FLOOR)),
                 (
@@ -295,6 +340,15 @@ impl Outcome for Settings {
                 write!(vs, ", {:.0} bytes/cycle", run.bytes(FLOOR)).unwrap();
             }
             vs.push(')');
+            if let Some((lock, minimal)) = run.vs_module_floor() {
+                write!(
+                    vs,
+                    "; a minimal module lock at {} the floor, LOCK at {} it",
+                    minimal.show(),
+                    lock.show()
+                )
+                .unwrap();
+            }
             row(
                 format!("acquire + release cycle, batch 16, {}", run.about),
                 measured,

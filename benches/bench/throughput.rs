@@ -13,6 +13,9 @@ pub(crate) enum Op {
     LuaCycle,
     /// `SET key token PX ttl`, then `DEL key`.
     FloorCycle,
+    /// `MINLOCK.ACQUIRE key token ttl`, then `MINLOCK.RELEASE key token`: the least a lock
+    /// that is a module type costs (`tests/support/minimal_lock.c`).
+    MinimalCycle,
     /// `EVALSHA` (`SET NX PX` + `INCR key:fence`), then `EVALSHA` compare-and-delete.
     LuaFencedCycle,
     /// `LOCK.ACQUIRE` on a fresh key.
@@ -28,7 +31,11 @@ pub(crate) enum Op {
 impl Op {
     pub(crate) fn steps(self) -> usize {
         match self {
-            Op::LockCycle | Op::LuaCycle | Op::FloorCycle | Op::LuaFencedCycle => 2,
+            Op::LockCycle
+            | Op::LuaCycle
+            | Op::FloorCycle
+            | Op::MinimalCycle
+            | Op::LuaFencedCycle => 2,
             Op::LockAcquire | Op::SetNx | Op::LockInfo | Op::Get => 1,
         }
     }
@@ -71,6 +78,8 @@ impl Op {
             (Op::LuaCycle | Op::SetNx, 0) => push_cmd(buf, &["SET", key, token, "NX", "PX", ttl]),
             (Op::FloorCycle, 0) => push_cmd(buf, &["SET", key, token, "PX", ttl]),
             (Op::FloorCycle, _) => push_cmd(buf, &["DEL", key]),
+            (Op::MinimalCycle, 0) => push_cmd(buf, &["MINLOCK.ACQUIRE", key, token, ttl]),
+            (Op::MinimalCycle, _) => push_cmd(buf, &["MINLOCK.RELEASE", key, token]),
             (Op::LuaFencedCycle, 0) => {
                 let fence_key = format!("{key}:fence");
                 let sha = &s.fenced_acquire;
@@ -88,7 +97,9 @@ impl Op {
     /// Whether `r` is the reply of a successful step (a lock taken, released, read).
     pub(crate) fn accepts(self, step: usize, r: Reply) -> bool {
         match (self, step) {
-            (Op::LockCycle | Op::LockAcquire | Op::LuaFencedCycle, 0) => r.is_fence(),
+            (Op::LockCycle | Op::MinimalCycle | Op::LockAcquire | Op::LuaFencedCycle, 0) => {
+                r.is_fence()
+            }
             (Op::LuaCycle | Op::FloorCycle | Op::SetNx, 0) => r.is_ok(),
             // RESP2 flat array: 6 fields since shared holds (issue 13), 4 before.
             (Op::LockInfo, _) => matches!(r.array_len(), Some(12 | 8)),

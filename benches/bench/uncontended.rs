@@ -1,5 +1,6 @@
-//! Workloads 1–3: the uncontended cycle, the fenced cycle, and single commands (an acquire
-//! of a fresh key; a read of a held lock), each a table against its baselines.
+//! Workloads 1–3: the uncontended cycle (also through a minimal module lock, the module
+//! floor), the fenced cycle, and single commands (an acquire of a fresh key; a read of a
+//! held lock), each a table against its baselines.
 
 #[allow(unused_imports)]
 use crate::*;
@@ -7,6 +8,7 @@ use crate::*;
 const LOCK_CYCLE: &str = "LOCK.ACQUIRE + LOCK.RELEASE";
 const LUA_CYCLE: &str = "SET NX PX + EVALSHA del (Lua)";
 const FLOOR_CYCLE: &str = "SET PX + DEL (floor)";
+const MINIMAL_CYCLE: &str = "MINLOCK.ACQUIRE + MINLOCK.RELEASE (module floor)";
 const FENCED_LOCK: &str = "LOCK.ACQUIRE (fence) + LOCK.RELEASE";
 const FENCED_LUA: &str = "EVALSHA SET NX PX+INCR, EVALSHA del";
 
@@ -53,9 +55,10 @@ pub(crate) fn run_cycle(ctx: &Ctx) -> Box<dyn Outcome> {
         ctx.plan,
         "1. Uncontended acquire+release cycle on random keys (op = 1 cycle)",
         &[
-            (LOCK_CYCLE, "LOCK", Op::LockCycle, &[2, 1]),
+            (LOCK_CYCLE, "LOCK", Op::LockCycle, &[2, 1, 3]),
             (LUA_CYCLE, "Lua", Op::LuaCycle, &[2]),
             (FLOOR_CYCLE, "floor", Op::FloorCycle, &[]),
+            (MINIMAL_CYCLE, "module floor", Op::MinimalCycle, &[2]),
         ],
     );
     Box::new(Uncontended {
@@ -63,17 +66,22 @@ pub(crate) fn run_cycle(ctx: &Ctx) -> Box<dyn Outcome> {
         table,
         targets: |t| both(t, "cycle vs Lua", (LOCK_CYCLE, LUA_CYCLE), 1.7),
         summary: |t| {
-            let (floor, lua) = (
+            let (floor, lua, minimal, module_floor) = (
                 t.vs(LOCK_CYCLE, FLOOR_CYCLE, 16).0,
                 t.vs(LOCK_CYCLE, LUA_CYCLE, 16).0,
+                t.vs(LOCK_CYCLE, MINIMAL_CYCLE, 16).0,
+                t.vs(MINIMAL_CYCLE, FLOOR_CYCLE, 16).0,
             );
             vec![row(
                 "acquire + release cycle, batch 16",
                 format!("{} cycles/s", thousands(t.find(LOCK_CYCLE, 16).rate())),
                 format!(
-                    "{} the native floor, {} the Lua way",
+                    "{} the native floor, {} the Lua way; {} a minimal module lock \
+                     (itself {} the floor)",
                     floor.show(),
-                    lua.show()
+                    lua.show(),
+                    minimal.show(),
+                    module_floor.show()
                 ),
             )]
         },
@@ -190,4 +198,15 @@ pub(crate) fn run_info(ctx: &Ctx) -> Box<dyn Outcome> {
             )]
         },
     })
+}
+
+/// The `--loadmodule` arguments of the module floor (`tests/support/minimal_lock.c`), which
+/// the bench's servers load beside redis-lock; compiled once per run.
+pub(crate) fn minimal_lock_module() -> [&'static str; 2] {
+    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let path = PATH.get_or_init(|| {
+        let so = support_lib::build_support_lib("minimal_lock", &[], "the bench's module floor");
+        so.display().to_string()
+    });
+    ["--loadmodule", path]
 }

@@ -6,7 +6,7 @@
 //! `FUZZ_SEED=<n>` replays a run and `FUZZ_RESTORES=<n>` changes its length.
 //!
 //! How a lock is written in a DUMP payload, in each encoding version, is in
-//! `tests/common/dump.rs`, which reads and builds them. In short: RDB type 7, the 64-bit
+//! `tests/common/dump/`, which reads and builds them. In short: RDB type 7, the 64-bit
 //! module type id (encoding version in the low 10 bits), the saved values behind opcodes
 //! (5: string, 2: unsigned; signed values as unsigned), EOF, then the RDB version and a
 //! CRC-64. Version 3 (what the module writes): saved_at, mode (0 exclusive, 1 shared), the
