@@ -18,9 +18,26 @@ use std::sync::{Mutex, MutexGuard};
 use crate::block_set::BlockSet;
 use crate::lock::Lock;
 
-static LEASES: Mutex<BlockSet<(u64, usize)>> = Mutex::new(BlockSet::new());
+/// An entry, (deadline, address) packed into one integer in that order, so that the set
+/// orders entries with one comparison rather than a tuple's two.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+struct Entry(u128);
 
-fn leases() -> MutexGuard<'static, BlockSet<(u64, usize)>> {
+impl Entry {
+    fn new(deadline: u64, lock: usize) -> Entry {
+        Entry(u128::from(deadline) << 64 | lock as u128)
+    }
+    fn deadline(self) -> u64 {
+        (self.0 >> 64) as u64
+    }
+    fn lock(self) -> usize {
+        self.0 as u64 as usize
+    }
+}
+
+static LEASES: Mutex<BlockSet<Entry>> = Mutex::new(BlockSet::new());
+
+fn leases() -> MutexGuard<'static, BlockSet<Entry>> {
     LEASES.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -33,12 +50,12 @@ pub fn address(lock: &Lock) -> usize {
 pub fn update(lock: usize, old: Option<u64>, new: Option<u64>) -> Option<u64> {
     let mut l = leases();
     if let Some(old) = old {
-        l.remove(&(old, lock));
+        l.remove(&Entry::new(old, lock));
     }
     if let Some(new) = new {
-        l.insert((new, lock));
+        l.insert(Entry::new(new, lock));
     }
-    l.first().map(|e| e.0)
+    l.first().map(Entry::deadline)
 }
 
 /// Adds a new lock's entry (loaded, restored or copied, outside any command).
@@ -47,7 +64,7 @@ pub fn track(lock: &Lock) {
 }
 
 pub fn earliest() -> Option<u64> {
-    leases().first().map(|e| e.0)
+    leases().first().map(Entry::deadline)
 }
 
 /// A lock whose deadline came up: where to find it.
@@ -63,10 +80,11 @@ pub struct Due {
 /// The next entry due at `now`, taken out of the index, with its lock's name.
 pub fn pop_due(now: u64) -> Option<Due> {
     let mut l = leases();
-    if l.first()?.0 > now {
+    if l.first()?.deadline() > now {
         return None;
     }
-    let (deadline, lock) = l.pop_first()?;
+    let entry = l.pop_first()?;
+    let (deadline, lock) = (entry.deadline(), entry.lock());
     // SAFETY: the index holds only live locks (the free callback removes an entry under this
     // mutex before the lock is freed), and the mutex is held while the name is copied out.
     let value = unsafe { &*(lock as *const Lock) };
@@ -83,15 +101,15 @@ pub fn pop_due(now: u64) -> Option<Due> {
 /// master ends).
 pub fn put_back(entries: &[(u64, usize)]) {
     let mut l = leases();
-    for &entry in entries {
-        l.insert(entry);
+    for &(deadline, lock) in entries {
+        l.insert(Entry::new(deadline, lock));
     }
 }
 
 /// `SWAPDB a b` swapped the contents of two databases: every lock in one is in the other.
 pub fn swap_dbs(a: i32, b: i32) {
     let l = leases();
-    for (_, lock) in l.iter() {
+    for lock in l.iter().map(Entry::lock) {
         // SAFETY: as in pop_due; SWAPDB runs on the main thread, which is the only one that
         // changes live locks, and the mutex keeps a background free from racing the write.
         let lock = unsafe { &mut *(lock as *mut Lock) };
@@ -134,4 +152,28 @@ pub fn remove_and_delete(lock: usize, deadline: u64, delete: impl FnOnce()) {
     DELETING.store(lock, Ordering::Relaxed);
     delete();
     DELETING.store(0, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Entry;
+
+    #[test]
+    fn entries_order_as_deadline_then_address_and_unpack() {
+        let pairs = [
+            (0, 0),
+            (0, usize::MAX),
+            (1, 0),
+            (7, 42),
+            (u64::MAX, 1),
+            (u64::MAX, usize::MAX),
+        ];
+        for &(d1, a1) in &pairs {
+            let e = Entry::new(d1, a1);
+            assert_eq!((e.deadline(), e.lock()), (d1, a1));
+            for &(d2, a2) in &pairs {
+                assert_eq!(e.cmp(&Entry::new(d2, a2)), (d1, a1).cmp(&(d2, a2)));
+            }
+        }
+    }
 }
