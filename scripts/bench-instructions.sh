@@ -23,9 +23,10 @@ for tool in valgrind callgrind_control redis-cli redis-server python3 cc; do
 done
 [ -f "$MODULE" ] || { echo "no module at $MODULE: run make build" >&2; exit 2; }
 MINIMAL=$(mktemp -d)/minimal_lock.so
+trap 'rm -rf "$(dirname "$MINIMAL")"' EXIT
 cc -shared -fPIC -O2 -o "$MINIMAL" tests/support/minimal_lock.c
 
-# RESP for the workload `$1` (lock | floor), `$2` cycles, on stdout.
+# RESP for the workload `$1` (lock | floor | minimal), `$2` cycles, on stdout.
 workload() {
     python3 - "$1" "$2" <<'PY'
 import sys
@@ -103,7 +104,6 @@ lock=$(count lock)
 floor=$(count floor)
 minimal=$(count minimal)
 bare=$(count floor without)
-rm -rf "$(dirname "$MINIMAL")"
 echo "server instructions per cycle (callgrind, $CYCLES cycles in batches of 16, held=$HELD, aof=${AOF:-0}):"
 echo "  LOCK.ACQUIRE + LOCK.RELEASE  $lock"
 echo "  SET PX + DEL (floor)         $floor"

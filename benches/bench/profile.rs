@@ -3,10 +3,11 @@
 #[allow(unused_imports)]
 use crate::*;
 
-/// `BENCH_PROFILE=lock|lua|floor|minimal|lua-fenced|acquire|setnx|guard|set|lua-guard`: one op at
-/// batch 16 (the last three: workload 7's `LOCK.GUARD … SET`, `SET`, Lua guarded `SET`), repeated for
-/// `BENCH_PROFILE_SECS` (default 20) so that `perf record -p <server pid>` or a before/after
-/// comparison can watch it. Prints the server's PID first.
+/// `BENCH_PROFILE=lock|lua|floor|minimal|lua-fenced|acquire|setnx|guard|set|lua-guard`: one
+/// op at batch 16 (`minimal`: the module floor's cycle; the last three: workload 7's
+/// `LOCK.GUARD … SET`, `SET`, Lua guarded `SET`), repeated for `BENCH_PROFILE_SECS` (default
+/// 20) so that `perf record -p <server pid>` or a before/after comparison can watch it.
+/// Prints the server's PID first.
 pub(crate) fn profile(srv: &Server, s: &Scripts, plan: &Plan, which: &str) {
     let secs: u64 = std::env::var("BENCH_PROFILE_SECS")
         .ok()
@@ -33,8 +34,8 @@ pub(crate) fn profile(srv: &Server, s: &Scripts, plan: &Plan, which: &str) {
         "setnx" => Op::SetNx,
         other => {
             panic!(
-                "BENCH_PROFILE={other}: expected lock, lua, floor, minimal, lua-fenced, acquire, setnx, \
-                 guard, set or lua-guard"
+                "BENCH_PROFILE={other}: expected lock, lua, floor, minimal, lua-fenced, acquire, \
+                 setnx, guard, set or lua-guard"
             )
         }
     };

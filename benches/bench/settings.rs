@@ -38,10 +38,10 @@ const VARIANTS: [Variant<Op>; 2] = [
     (LOCK, "LOCK", Op::LockCycle, &[1]),
     (FLOOR, "floor", Op::FloorCycle, &[]),
 ];
-/// Without persistence, also the module floor: what the cycle costs through a minimal
-/// module lock (`tests/support/minimal_lock.c`), which shows how much of the gap to the
-/// floor being a module type explains. (It propagates nothing, so it has no place in the
-/// other settings.)
+/// Without persistence, also the module floor: the cycle through a minimal module lock
+/// (`tests/support/minimal_lock.c`), to show how much of the gap to the floor comes from
+/// being a module data type. (It propagates nothing, so it has no place in the other
+/// settings.)
 const PLAIN_VARIANTS: [Variant<Op>; 3] = [
     (LOCK, "LOCK", Op::LockCycle, &[1, 2]),
     (FLOOR, "floor", Op::FloorCycle, &[]),

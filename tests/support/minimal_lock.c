@@ -122,7 +122,8 @@ static int acquire(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         long long fence = ++last_fence;
         RedisModule_ModuleTypeSetValue(key, lock_type, lock_new(fence, token, len));
         RedisModule_SetExpire(key, ttl);
-        RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_MODULE, "minlock.acquired", argv[1]);
+        RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_MODULE, "minlock.acquired",
+                                        argv[1]);
         reply = RedisModule_ReplyWithLongLong(ctx, fence);
     }
     RedisModule_CloseKey(key);
@@ -139,7 +140,8 @@ static int release(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         RedisModule_ModuleTypeGetType(key) == lock_type &&
         held_by(RedisModule_ModuleTypeGetValue(key), token, len)) {
         RedisModule_DeleteKey(key);
-        RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_MODULE, "minlock.released", argv[1]);
+        RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_MODULE, "minlock.released",
+                                        argv[1]);
         released = 1;
     }
     RedisModule_CloseKey(key);
@@ -189,7 +191,8 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
     };
     lock_type = RedisModule_CreateDataType(ctx, "minlock-1", 0, &tm);
     if (lock_type == NULL) return REDISMODULE_ERR;
-    if (RedisModule_CreateCommand(ctx, "minlock.acquire", acquire, "write deny-oom fast", 1, 1, 1) ||
+    if (RedisModule_CreateCommand(ctx, "minlock.acquire", acquire, "write deny-oom fast", 1, 1,
+                                  1) ||
         RedisModule_CreateCommand(ctx, "minlock.release", release, "write fast", 1, 1, 1))
         return REDISMODULE_ERR;
     return REDISMODULE_OK;
