@@ -1,0 +1,154 @@
+//! The waiter registry's rules, without a server.
+
+use super::*;
+
+fn registry() -> Registry<u32> {
+    Registry::default()
+}
+
+fn queue(r: &mut Registry<u32>, handle: u32, key: &[u8], timeout_at: Option<u64>) -> u64 {
+    let token = format!("t{handle}");
+    r.enqueue(
+        handle,
+        0,
+        key,
+        (token.as_bytes(), 100, Want::EXCLUSIVE),
+        timeout_at,
+    )
+}
+
+#[test]
+fn a_head_that_leaves_is_noted_for_the_engine() {
+    let mut r = registry();
+    let head = queue(&mut r, 1, b"k", Some(100));
+    let next = queue(&mut r, 2, b"k", None);
+    queue(&mut r, 3, b"k", None);
+    // Not the head: nothing changes at the front.
+    r.leave(next);
+    assert!(r.take_heads_left().is_empty());
+    assert!(r.pop_timed_out(100).is_some());
+    assert_eq!(r.take_heads_left(), vec![(0, Box::from(&b"k"[..]))]);
+    assert!(r.take_heads_left().is_empty(), "taken once");
+    assert_eq!(r.leave(head), Some(Left::Answered), "answered, not queued");
+    // The last waiter leaving leaves no queue to serve.
+    let last = r.head(0, b"k").map(|w| w.handle).unwrap();
+    r.leave(r.id_of(last).unwrap());
+    assert!(r.take_heads_left().is_empty());
+}
+
+#[test]
+fn grants_go_in_fifo_order_and_wait_for_delivery() {
+    let mut r = registry();
+    let ids: Vec<_> = (1..=3).map(|h| queue(&mut r, h, b"k", None)).collect();
+    assert_eq!(r.queued_at(0, b"k"), 3);
+    assert_eq!(r.head(0, b"k").unwrap().token.as_ref(), b"t1");
+    assert_eq!(r.grant_head(0, b"k", 42), Some((1, ids[0])));
+    assert_eq!(r.queued_at(0, b"k"), 2);
+    assert_eq!(r.deliver(ids[0]), Some(Reply::Granted(42)));
+    assert_eq!(r.grant_head(0, b"k", 43), Some((2, ids[1])));
+    assert_eq!(r.head(0, b"k").unwrap().token.as_ref(), b"t3");
+}
+
+#[test]
+fn ids_are_never_reused_even_for_the_same_handle() {
+    let mut r = registry();
+    let a = queue(&mut r, 7, b"k", None);
+    assert_eq!(r.leave(a), Some(Left::Queued));
+    let b = queue(&mut r, 7, b"k", None);
+    assert!(b > a);
+    assert_eq!(r.leave(a), None, "a departed waiter is not found again");
+    assert_eq!(r.id_of(7), Some(b));
+}
+
+#[test]
+fn a_key_event_answers_queued_and_granted_waiters_of_that_key_only() {
+    let mut r = registry();
+    let g = queue(&mut r, 1, b"k", None);
+    let q = queue(&mut r, 2, b"k", Some(500));
+    let other = queue(&mut r, 3, b"o", None);
+    r.grant_head(0, b"k", 9);
+    assert_eq!(r.answer_key(0, b"k"), vec![(2, q)]);
+    assert_eq!(
+        r.deliver(g),
+        Some(Reply::Null),
+        "a grant not yet told is withdrawn"
+    );
+    assert_eq!(r.deliver(q), Some(Reply::Null));
+    assert_eq!(r.next_timeout(), None);
+    assert_eq!(r.queued_at(0, b"o"), 1);
+    assert_eq!(r.grant_head(0, b"k", 10), None);
+    assert_eq!(r.grant_head(0, b"o", 10), Some((3, other)));
+}
+
+#[test]
+fn a_flush_answers_one_database_or_all() {
+    let mut r = registry();
+    let a = r.enqueue(1, 0, b"k", (b"t", 1, Want::EXCLUSIVE), None);
+    let b = r.enqueue(2, 1, b"k", (b"t", 1, Want::EXCLUSIVE), None);
+    let c = r.enqueue(3, 2, b"k", (b"t", 1, Want::EXCLUSIVE), None);
+    assert_eq!(r.answer_db(Some(1), Reply::Null), vec![(2, b)]);
+    let mut rest = r.answer_db(None, Reply::Demoted);
+    rest.sort();
+    assert_eq!(rest, vec![(1, a), (3, c)]);
+    assert_eq!(r.queued(), 0);
+    assert_eq!(r.deliver(a), Some(Reply::Demoted));
+    assert_eq!(r.deliver(b), Some(Reply::Null));
+    assert_eq!(r.deliver(c), Some(Reply::Demoted));
+    assert!(r.is_empty());
+}
+
+#[test]
+fn timeouts_leave_the_queue_in_deadline_order() {
+    let mut r = registry();
+    let late = queue(&mut r, 1, b"k", Some(300));
+    let early = queue(&mut r, 2, b"k", Some(100));
+    let never = queue(&mut r, 3, b"k", None);
+    assert_eq!(r.next_timeout(), Some(100));
+    assert_eq!(r.pop_timed_out(99), None);
+    assert_eq!(r.pop_timed_out(300), Some((2, early)));
+    assert_eq!(r.pop_timed_out(300), Some((1, late)));
+    assert_eq!(r.pop_timed_out(u64::MAX), None);
+    assert_eq!(r.queued_at(0, b"k"), 1);
+    assert_eq!(r.grant_head(0, b"k", 5), Some((3, never)));
+}
+
+#[test]
+fn a_burst_of_waiters_gives_its_tables_back() {
+    let mut r = registry();
+    let ids: Vec<_> = (0..10_000).map(|h| queue(&mut r, h, b"k", None)).collect();
+    let full = r.waiters.capacity();
+    for id in ids {
+        r.leave(id);
+    }
+    assert!(r.is_empty());
+    assert!(
+        r.waiters.capacity() * 16 < full,
+        "{} of {full}",
+        r.waiters.capacity()
+    );
+    assert!(r.by_handle.capacity() <= 128, "{}", r.by_handle.capacity());
+}
+
+#[test]
+fn leaving_tells_how_the_waiter_stood() {
+    let mut r = registry();
+    let g = queue(&mut r, 1, b"k", Some(100));
+    let q = queue(&mut r, 2, b"k", Some(100));
+    r.grant_head(0, b"k", 77);
+    assert_eq!(
+        r.leave(g),
+        Some(Left::Granted {
+            db: 0,
+            key: b"k".to_vec().into(),
+            token: b"t1".to_vec().into(),
+            fence: 77
+        })
+    );
+    assert_eq!(r.leave(q), Some(Left::Queued));
+    assert_eq!(r.leave(q), None);
+    assert!(r.is_empty());
+    let a = queue(&mut r, 3, b"k", None);
+    r.answer_key(0, b"k");
+    assert_eq!(r.leave(a), Some(Left::Answered));
+    assert!(r.is_empty());
+}
