@@ -13,6 +13,9 @@
  * the work every module lock pays on top of `SET PX` + `DEL`. tests/minimal_lock.rs checks
  * that it locks.
  *
+ * It saves to and loads from RDB, but has no AOF rewrite callback: load it only on a server
+ * whose AOF is off (the bench does).
+ *
  * No redismodule.h (see probe_module.c): the entry points are looked up through GetApi.
  *
  * Build: cc -shared -fPIC -O2 -o minimal_lock.so minimal_lock.c
