@@ -365,7 +365,11 @@ fn run_scenario(op: Op, state: State, server: &Server, target: Option<&Server>, 
             }
             assert!(queued, "z did not queue at {where_}");
             let r = release(&mut con, place.key, &h);
-            f.check(r == 1, || {
+            // An undelivered grant is taken back by the sweep, a moment after the operation:
+            // also after z queued, when it passes the lock to z (checked below) and h's release
+            // finds nothing to release.
+            let taken_back = r == 0 && state.undelivered() && place.origin == Origin::Own;
+            f.check(r == 1 || taken_back, || {
                 format!("LOCK.RELEASE {} {h} at {where_} replied {r}", place.key)
             });
             let zr = z.reply_within(AT_ONCE);
