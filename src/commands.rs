@@ -28,39 +28,36 @@ fn now(ctx: &Context) -> clock::Now {
 /// this length, which is enough for it to reject it.
 const MAX_REST: usize = 8;
 
-/// The key and the remaining arguments of a call, as byte slices.
+/// The key and the remaining arguments of a call. Small on purpose: it is returned through
+/// a `Result`, and a larger value (the byte slices themselves) was copied on every command.
 struct Call<'a> {
     key: &'a RedisString,
-    /// The argument after the key, which is the token wherever a command takes one.
-    token: Option<&'a RedisString>,
-    rest: [&'a [u8]; MAX_REST],
-    len: usize,
+    rest: &'a [RedisString],
 }
+
+/// Room for the arguments after the key as byte slices (see `Call::bytes`).
+type Slices<'a> = [&'a [u8]; MAX_REST];
 
 impl<'a> Call<'a> {
     fn split(args: &'a [RedisString]) -> Result<Self, LockError> {
         let [_, key, rest @ ..] = args else {
             return Err(LockError::Arity);
         };
-        let mut call = Call {
-            key,
-            token: rest.first(),
-            rest: [&[]; MAX_REST],
-            len: rest.len().min(MAX_REST),
-        };
-        for (slot, arg) in call.rest.iter_mut().zip(rest) {
+        Ok(Call { key, rest })
+    }
+
+    /// The arguments after the key as byte slices, in `room`, cut to `MAX_REST`.
+    fn bytes<'r>(&self, room: &'r mut Slices<'a>) -> &'r [&'a [u8]] {
+        for (slot, arg) in room.iter_mut().zip(self.rest) {
             *slot = arg.as_slice();
         }
-        Ok(call)
+        &room[..self.rest.len().min(MAX_REST)]
     }
 
-    fn rest(&self) -> &[&'a [u8]] {
-        &self.rest[..self.len]
-    }
-
-    /// The token argument, once parsing accepted one.
+    /// The argument after the key, which is the token wherever a command takes one, once
+    /// parsing accepted one.
     fn token(&self) -> Result<&'a RedisString, LockError> {
-        self.token.ok_or(LockError::Arity)
+        self.rest.first().ok_or(LockError::Arity)
     }
 }
 
@@ -71,7 +68,7 @@ fn integer(n: u64) -> RedisValue {
 /// `LOCK.ACQUIRE key token ttl [WAIT timeout]`
 pub fn acquire(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let call = Call::split(args)?;
-    let a = args::acquire(call.rest(), config::max_ttl())?;
+    let a = args::acquire(call.bytes(&mut Slices::default()), config::max_ttl())?;
     let now = now(ctx);
     let wait = match a.wait {
         Some(timeout) => Some(args::wait_deadline(timeout, now.mono, now.wall())?),
@@ -90,7 +87,7 @@ pub fn acquire(ctx: &Context, args: &[RedisString]) -> RedisResult {
 /// `LOCK.RELEASE key token`
 pub fn release(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let call = Call::split(args)?;
-    let token = args::token_only(call.rest())?;
+    let token = args::token_only(call.bytes(&mut Slices::default()))?;
     let released = engine::release(ctx, call.key, token, now(ctx))?;
     Ok(RedisValue::Integer(released.into()))
 }
@@ -98,7 +95,7 @@ pub fn release(ctx: &Context, args: &[RedisString]) -> RedisResult {
 /// `LOCK.EXTEND key token ttl`
 pub fn extend(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let call = Call::split(args)?;
-    let (_, ttl) = args::extend(call.rest(), config::max_ttl())?;
+    let (_, ttl) = args::extend(call.bytes(&mut Slices::default()), config::max_ttl())?;
     let extended = engine::extend(ctx, call.key, call.token()?, ttl, now(ctx))?;
     Ok(RedisValue::Integer(extended.into()))
 }
@@ -106,7 +103,7 @@ pub fn extend(ctx: &Context, args: &[RedisString]) -> RedisResult {
 /// `LOCK.FENCE key token`
 pub fn fence(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let call = Call::split(args)?;
-    args::token_only(call.rest())?;
+    args::token_only(call.bytes(&mut Slices::default()))?;
     let fence = engine::fence(ctx, call.key, call.token()?, now(ctx))?;
     Ok(fence.map_or(RedisValue::Null, integer))
 }
@@ -119,7 +116,7 @@ fn read_lock(
     reply: impl FnOnce(&Lock, Now, usize) -> RedisResult,
 ) -> RedisResult {
     let call = Call::split(args)?;
-    if call.len != 0 {
+    if !call.rest.is_empty() {
         return Err(LockError::Arity.into());
     }
     let mut key = LockKey::open_read(ctx, call.key);
@@ -222,7 +219,7 @@ pub fn apply(ctx: &Context, args: &[RedisString]) -> RedisResult {
         return Err(LockError::InternalCommand("LOCK.APPLY").into());
     }
     let call = Call::split(args)?;
-    let a = args::apply(call.rest())?;
+    let a = args::apply(call.bytes(&mut Slices::default()))?;
     engine::apply(ctx, call.key, &a)?;
     Ok(RedisValue::SimpleStringStatic("OK"))
 }

@@ -88,11 +88,11 @@ impl LockKey {
     }
 
     /// Stores `lock` at this empty key and returns it at its final address.
-    pub fn store(&mut self, lock: Lock) -> Result<&mut Lock, LockError> {
+    pub fn store(&mut self, lock: Box<Lock>) -> Result<&mut Lock, LockError> {
         if !matches!(self.slot, Slot::Empty) || self.key.is_null() {
             return Err(LockError::WrongType);
         }
-        let value = Box::into_raw(Box::new(lock));
+        let value = Box::into_raw(lock);
         // SAFETY: the handle is open for writing; on success Redis owns `value` and frees it
         // through the type's free callback, on failure it is still ours.
         unsafe {

@@ -90,7 +90,6 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
     }
     // A key from elsewhere (`RESTORE`, `MIGRATE`) raises the high-water mark only once it
     // lands (`engine::relocated`): the server may still refuse the payload after this.
-    let lock = Box::new(lock);
     leases::track(&lock);
     stats::lock_created();
     Box::into_raw(lock).cast()
@@ -125,7 +124,7 @@ fn distinct(holds: &[Saved]) -> bool {
 
 /// Reads one lock; `None` for a short read or values no saved lock can have (a corrupt
 /// `RESTORE` payload with a valid checksum gets here).
-fn load_lock(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Lock> {
+fn load_lock(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Box<Lock>> {
     let (saved_at, mode, last_fence, holds) = if encver >= 3 {
         let saved_at = raw::load_signed(rdb).ok()?;
         let mode = match raw::load_unsigned(rdb).ok()? {
@@ -336,7 +335,7 @@ unsafe extern "C" fn copy2(
         )
     };
     keyspace::remember_source_db(from_db);
-    let copy = Box::new(lock.copied_to(to, to_db));
+    let copy = lock.copied_to(to, to_db);
     leases::track(&copy);
     stats::lock_created();
     Box::into_raw(copy).cast()

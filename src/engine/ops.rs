@@ -9,7 +9,7 @@
 use redis_module::{Context, ContextFlags, RedisString};
 
 use super::leases;
-use super::state::{with, with_fences, Engine};
+use super::state::{with, with_fences, with_result, Engine};
 use crate::args::{AcquireArgs, ApplyArgs};
 use crate::blocked;
 use crate::clock::{self, Now};
@@ -75,7 +75,7 @@ pub fn acquire(
     wait_until: Option<Option<u64>>,
     now: Now,
 ) -> Result<Acquired, LockError> {
-    with(|e| e.acquire(ctx, name, token_arg, a, wait_until, now))
+    with_result(|e| e.acquire(ctx, name, token_arg, a, wait_until, now))
 }
 
 impl Engine {
@@ -207,7 +207,7 @@ pub fn release(
     token: &[u8],
     now: Now,
 ) -> Result<bool, LockError> {
-    with(|e| {
+    with_result(|e| {
         let db = selected_db(ctx);
         let mut key = LockKey::open(ctx, name);
         if replication::may_replay() && from_master_or_aof(ctx) {
@@ -302,7 +302,7 @@ fn by_holder<R>(
     event: Event,
     change: impl FnOnce(&mut Lock) -> Result<Option<R>, LockError>,
 ) -> Result<Option<R>, LockError> {
-    with(|e| {
+    with_result(|e| {
         let db = selected_db(ctx);
         let mut key = LockKey::open(ctx, name);
         e.settle(ctx, &mut key, db, name, now)?;
@@ -350,7 +350,7 @@ pub fn apply(ctx: &Context, name: &RedisString, a: &ApplyArgs) -> Result<(), Loc
         return Err(LockError::BadInternal("LOCK.APPLY", "deadline"));
     }
     let deadline = now.to_mono(a.deadline_unix_ms);
-    with(|e| {
+    with_result(|e| {
         let mut key = LockKey::open(ctx, name);
         let (indexed, event) = match key.lock()? {
             Some(lock) => {

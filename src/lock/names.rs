@@ -23,15 +23,31 @@ impl std::ops::Deref for Names {
 }
 
 impl Names {
+    /// No names: a value to `fill` in place.
+    pub const EMPTY: Names = Names::Inline(0, [0; INLINE]);
+
     pub fn joined(key: &[u8], token: &[u8]) -> Names {
+        let mut names = Names::EMPTY;
+        names.fill(key, token);
+        names
+    }
+
+    /// Makes these the names `key` then `token`, writing them where `self` is (see
+    /// `Lock::new` for why that matters).
+    pub fn fill(&mut self, key: &[u8], token: &[u8]) {
         let len = key.len() + token.len();
         if len > INLINE {
-            return Names::Heap([key, token].concat().into_boxed_slice());
+            *self = Names::Heap([key, token].concat().into_boxed_slice());
+            return;
         }
-        let mut buf = [0; INLINE];
-        buf[..key.len()].copy_from_slice(key);
-        buf[key.len()..len].copy_from_slice(token);
-        Names::Inline(len as u8, buf)
+        if let Names::Heap(_) = self {
+            *self = Names::EMPTY;
+        }
+        if let Names::Inline(n, buf) = self {
+            buf[..key.len()].copy_from_slice(key);
+            buf[key.len()..len].copy_from_slice(token);
+            *n = len as u8;
+        }
     }
 
     /// Bytes on the heap, beyond the lock itself.

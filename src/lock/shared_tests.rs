@@ -36,7 +36,7 @@ fn tokens(lock: &Lock, now: Now) -> Vec<Vec<u8>> {
 }
 
 /// A key shared by `a` (100 ms), `b` (200 ms) and `c` (300 ms), granted in that order.
-fn three_readers(f: &mut FenceIssuer) -> (Lock, [u64; 3]) {
+fn three_readers(f: &mut FenceIssuer) -> (Box<Lock>, [u64; 3]) {
     let (mut lock, fa) = Lock::acquired(b"k", 0, b"a", 100, Mode::Shared, at(0), f).unwrap();
     let fb = granted(lock.acquire(b"b", 200, SHARED_ANY, false, at(0), f));
     let fc = granted(lock.acquire(b"c", 300, SHARED_ANY, false, at(0), f));
@@ -237,7 +237,7 @@ fn holds_survive_a_copy_and_a_restore_and_cost_little() {
     );
     let holds: Vec<HoldRef> = lock.holds().collect();
     let back = Lock::restored(b"k", 0, Mode::Shared, &holds, lock.last_fence()).unwrap();
-    assert_eq!(back, lock);
+    assert_eq!(*back, *lock);
     let (one, _) = Lock::acquired(b"k", 0, b"a", 100, Mode::Shared, at(0), &mut f).unwrap();
     let (excl, _) = Lock::acquired(b"k", 0, b"a", 100, Mode::Exclusive, at(0), &mut f).unwrap();
     assert_eq!(

@@ -17,7 +17,7 @@ fn at_us(us: u64) -> Now {
     }
 }
 
-fn fresh(token: &[u8], ttl: u64, now: Now, f: &mut FenceIssuer) -> (Lock, u64) {
+fn fresh(token: &[u8], ttl: u64, now: Now, f: &mut FenceIssuer) -> (Box<Lock>, u64) {
     Lock::acquired(b"key", 0, token, ttl, Mode::Exclusive, now, f).unwrap()
 }
 
