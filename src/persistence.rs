@@ -298,7 +298,7 @@ const LAST: *const c_char = c"LAST".as_ptr();
 unsafe extern "C" fn free(value: *mut c_void) {
     // SAFETY: the value was created by this module with `Box<Lock>` and Redis frees it once,
     // possibly on a background thread; nothing else reaches it then but the lease index,
-    // which `forget` takes it out of under the index's mutex.
+    // which `forget` takes it out of under the index's lock.
     let lock = unsafe { Box::from_raw(value.cast::<Lock>()) };
     let by_engine = leases::is_being_deleted(&lock);
     if !by_engine {
