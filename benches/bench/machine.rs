@@ -1,4 +1,4 @@
-//! The machine: which module, which CPU, pinning, the git revision, the command.
+//! The machine: which modules, which CPU, pinning, the git revision, the command.
 
 #[allow(unused_imports)]
 use crate::*;
@@ -25,6 +25,17 @@ pub(crate) fn warn_if_stale(module: &Path) {
             );
         }
     }
+}
+
+/// The `--loadmodule` arguments of the module floor (`tests/support/minimal_lock.c`), which
+/// the bench's servers load beside redis-lock; compiled once per run.
+pub(crate) fn minimal_lock_module() -> [&'static str; 2] {
+    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let path = PATH.get_or_init(|| {
+        let so = support_lib::build_support_lib("minimal_lock", &[], "the bench's module floor");
+        so.display().to_string()
+    });
+    ["--loadmodule", path]
 }
 
 pub(crate) fn cpu_model() -> String {

@@ -199,14 +199,3 @@ pub(crate) fn run_info(ctx: &Ctx) -> Box<dyn Outcome> {
         },
     })
 }
-
-/// The `--loadmodule` arguments of the module floor (`tests/support/minimal_lock.c`), which
-/// the bench's servers load beside redis-lock; compiled once per run.
-pub(crate) fn minimal_lock_module() -> [&'static str; 2] {
-    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let path = PATH.get_or_init(|| {
-        let so = support_lib::build_support_lib("minimal_lock", &[], "the bench's module floor");
-        so.display().to_string()
-    });
-    ["--loadmodule", path]
-}
