@@ -296,14 +296,14 @@ const SHARED: *const c_char = c"SHARED".as_ptr();
 const LAST: *const c_char = c"LAST".as_ptr();
 
 unsafe extern "C" fn free(value: *mut c_void) {
-    // SAFETY: the value was created by this module with `Box<Lock>` and Redis frees it once,
-    // possibly on a background thread; nothing else reaches it then but the lease index,
-    // which `forget` takes it out of under the index's lock.
-    let lock = unsafe { Box::from_raw(value.cast::<Lock>()) };
-    let by_engine = leases::is_being_deleted(&lock);
+    let lock = value.cast::<Lock>();
+    let by_engine = leases::is_being_deleted(lock);
     if !by_engine {
-        leases::forget(&lock);
+        leases::forget(lock);
     }
+    // SAFETY: the value was created by this module as a `Box<Lock>` and Redis frees it once,
+    // possibly on a background thread; out of the lease index now, nothing else reaches it.
+    drop(unsafe { Box::from_raw(lock) });
     stats::lock_freed(by_engine);
 }
 

@@ -12,13 +12,17 @@
 //! removes their entries. So it has its own lock, and an address is dereferenced only
 //! while that lock is held: a lock being freed elsewhere is never read after it is gone.
 //!
-//! That lock is a spin lock that yields while it waits: it is taken on every acquire and
-//! release, is contended only by a background free (which holds it for one entry at a
-//! time), and is let go with a plain store, where a `std` mutex spends a second locked
-//! instruction. Yielding rather than spinning matters when the server is pinned to one CPU
-//! and the freeing thread shares it.
+//! That lock is a spin lock: it is taken on every acquire and release, and let go with a
+//! plain store, where a `std` mutex spends a second locked instruction to see whether a
+//! sleeper needs waking. Only a background free ever contends for it, holding it for one
+//! entry at a time; a thread that finds it taken yields a few times, then sleeps in short
+//! naps. It must not spin without end: with the server pinned to one CPU, a main thread of
+//! higher priority (real-time, say) would keep being chosen over the holder.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use spin::mutex::{SpinMutex, SpinMutexGuard};
 
 use crate::block_set::BlockSet;
 use crate::lock::Lock;
@@ -40,12 +44,31 @@ impl Entry {
     }
 }
 
-type Index = spin::mutex::SpinMutex<BlockSet<Entry>, spin::relax::Yield>;
+static LEASES: SpinMutex<BlockSet<Entry>> = SpinMutex::new(BlockSet::new());
 
-static LEASES: Index = Index::new(BlockSet::new());
+fn leases() -> SpinMutexGuard<'static, BlockSet<Entry>> {
+    LEASES.try_lock().unwrap_or_else(wait_for_leases)
+}
 
-fn leases() -> spin::mutex::SpinMutexGuard<'static, BlockSet<Entry>> {
-    LEASES.lock()
+/// Yields before this many tries fail, then naps (see the module comment).
+const YIELDS: u32 = 16;
+const NAP: Duration = Duration::from_micros(20);
+
+#[cold]
+#[inline(never)]
+fn wait_for_leases() -> SpinMutexGuard<'static, BlockSet<Entry>> {
+    let mut tries = 0;
+    loop {
+        if tries < YIELDS {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(NAP);
+        }
+        if let Some(guard) = LEASES.try_lock() {
+            return guard;
+        }
+        tries += 1;
+    }
 }
 
 pub fn address(lock: &Lock) -> usize {
@@ -139,15 +162,22 @@ pub fn swap_dbs(a: i32, b: i32) {
 static DELETING: AtomicUsize = AtomicUsize::new(0);
 
 /// True while the engine itself deletes `lock`'s key (`remove_and_delete`), on the main
-/// thread.
-pub fn is_being_deleted(lock: &Lock) -> bool {
-    DELETING.load(Ordering::Relaxed) == address(lock)
+/// thread. Compares addresses only: the free callback asks before the lock is its own.
+pub fn is_being_deleted(lock: *const Lock) -> bool {
+    DELETING.load(Ordering::Relaxed) == lock as usize
 }
 
-/// Removes a lock's entry; the type's free callback calls this before the memory goes,
-/// unless `is_being_deleted` (then `remove_and_delete` took it out already).
-pub fn forget(lock: &Lock) {
-    update(address(lock), Some(lock.deadline()), None);
+/// Removes the entry of the lock at `lock`; the type's free callback calls this before the
+/// memory goes, unless `is_being_deleted` (then `remove_and_delete` took it out already).
+/// The lock is read only under the index's lock: until its entry is gone, the main thread
+/// may still reach it through the index (the sweep, `SWAPDB`), also while a background
+/// thread frees it.
+pub fn forget(lock: *const Lock) {
+    let mut l = leases();
+    // SAFETY: the lock is alive until its free callback, the caller, returns; under the
+    // index's lock no other thread reaches it (see above).
+    let deadline = unsafe { (*lock).deadline() };
+    l.remove(&Entry::new(deadline, lock as usize));
 }
 
 /// Takes out the entry of the lock at `lock` (indexed under `deadline`), then runs
@@ -163,7 +193,35 @@ pub fn remove_and_delete(lock: usize, deadline: u64, delete: impl FnOnce()) {
 
 #[cfg(test)]
 mod tests {
-    use super::Entry;
+    use super::{leases, Entry};
+    use std::time::{Duration, Instant};
+
+    /// A thread that finds the index taken gets it once it is let go, not before, and
+    /// without waiting much longer (it naps in short steps). The only test here that takes
+    /// the index.
+    #[test]
+    fn a_waiter_gets_the_index_soon_after_its_holder_lets_go() {
+        let held = leases();
+        let waiter = std::thread::spawn(|| {
+            let _index = leases();
+            Instant::now()
+        });
+        // Long enough for the waiter to be past its yields and napping.
+        std::thread::sleep(Duration::from_millis(30));
+        let released = Instant::now();
+        drop(held);
+        let got = waiter.join().expect("the waiter");
+        assert!(
+            got >= released,
+            "the waiter took the index while it was held"
+        );
+        // Generous for a shared machine: a nap is 20 µs.
+        assert!(
+            got - released < Duration::from_millis(20),
+            "{:?}",
+            got - released
+        );
+    }
 
     #[test]
     fn entries_order_as_deadline_then_address_and_unpack() {

@@ -71,10 +71,10 @@ pub(super) fn with<R>(f: impl FnOnce(&mut Engine) -> R) -> R {
     ENGINE.with(|cell| run(&mut cell.borrow_mut(), f))
 }
 
-/// `with`, for an operation that may fail. The error leaves the engine boxed: a `Result`
-/// holding a `LockError` is too large to return in registers, and copying it out past the
-/// engine's bookkeeping stalled the CPU on every command (about 1% of an acquire + release
-/// cycle); a boxed one fits in two registers, and errors are rare.
+/// `with`, for an operation that may fail. The error crosses the engine's bookkeeping
+/// (`run`, `settle_pending`) boxed: a `Result` holding a `LockError` is too large for
+/// registers, and copying it around that code stalled the CPU on every command; with the
+/// error boxed the `Result` fits in two registers, and errors are rare.
 pub(super) fn with_result<T>(
     f: impl FnOnce(&mut Engine) -> Result<T, LockError>,
 ) -> Result<T, LockError> {
@@ -108,6 +108,7 @@ impl Engine {
         ANYONE_WAITS.store(!self.waiters.is_empty(), Ordering::Relaxed);
     }
 
+    /// Out of line, so that the inlined part stays small.
     #[cold]
     #[inline(never)]
     fn handle_pending(&mut self) {

@@ -32,21 +32,19 @@ impl Names {
         names
     }
 
-    /// Makes these the names `key` then `token`, writing them where `self` is (see
-    /// `Lock::new` for why that matters).
+    /// Writes `key` then `token` into names that are still `EMPTY`, where they are (see
+    /// `Lock::new` for why that matters). Only on `EMPTY`: the inline buffer is compared
+    /// whole, so it must hold nothing past its length.
     pub fn fill(&mut self, key: &[u8], token: &[u8]) {
+        debug_assert!(*self == Names::EMPTY, "fill on names in use");
         let len = key.len() + token.len();
-        if len > INLINE {
-            *self = Names::Heap([key, token].concat().into_boxed_slice());
-            return;
-        }
-        if let Names::Heap(_) = self {
-            *self = Names::EMPTY;
-        }
-        if let Names::Inline(n, buf) = self {
-            buf[..key.len()].copy_from_slice(key);
-            buf[key.len()..len].copy_from_slice(token);
-            *n = len as u8;
+        match self {
+            Names::Inline(n, buf) if len <= INLINE => {
+                buf[..key.len()].copy_from_slice(key);
+                buf[key.len()..len].copy_from_slice(token);
+                *n = len as u8;
+            }
+            _ => *self = Names::Heap([key, token].concat().into_boxed_slice()),
         }
     }
 
