@@ -158,11 +158,8 @@ fn micros(ms: u64) -> u64 {
 }
 
 impl Lock {
-    /// A lock on the heap, where the module value keeps it, with its names written there:
-    /// the lock is large (the names inline), and copying it right after its bytes were
-    /// written stalled the CPU on every copy (about 1% of an acquire + release cycle). Rust
-    /// does not promise that the rest of the value is built in the box either, but it is
-    /// small and written in whole words, which copy without a stall.
+    /// A lock on the heap, its names written in place: copying the large lock (names inline)
+    /// right after writing its bytes stalled the CPU on every copy, about 1% of a cycle.
     fn new(key: &[u8], db: i32, token: &[u8], deadline: u64, fence: u64, mode: Mode) -> Box<Lock> {
         let shared = if mode == Mode::Shared { SHARED } else { 0 };
         let mut lock = Box::new(Lock {
