@@ -64,7 +64,7 @@ unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) 
     raw::save_signed(rdb, saved_at);
     raw::save_unsigned(rdb, u64::from(lock.mode() == Mode::Shared));
     raw::save_unsigned(rdb, lock.last_fence());
-    raw::save_unsigned(rdb, lock.holds().count() as u64);
+    raw::save_unsigned(rdb, lock.recorded() as u64);
     for hold in lock.holds() {
         // The lease left, rounded up to the millisecond, from the millisecond of the save:
         // never shorter than it is, at most 1 ms longer, read as absolute or as time left.
@@ -113,19 +113,40 @@ fn load_hold(rdb: *mut raw::RedisModuleIO) -> Option<Saved> {
     })
 }
 
-/// No two holds share a token or a fence, as no command can make them.
-fn distinct(holds: &[Saved]) -> bool {
-    let tokens: std::collections::HashSet<&[u8]> = holds.iter().map(|h| &h.token[..]).collect();
+/// No two holds share a fence, as no command can make them.
+fn distinct_fences(holds: &[Saved]) -> bool {
     let mut fences: Vec<u64> = holds.iter().map(|h| h.fence).collect();
     fences.sort_unstable();
     fences.dedup();
-    tokens.len() == holds.len() && fences.len() == holds.len()
+    fences.len() == holds.len()
+}
+
+/// One hold per token. Earlier builds of the module could grant a token a second hold of
+/// a key it held (two queued requests with one token) and saved both; such data loads as
+/// one hold, where the first was, under the later lease and the newer fence (the older
+/// fence's guarded writes are refused, as after `LOCK.FENCE`).
+fn merge_repeated_tokens(holds: &mut Vec<Saved>) {
+    let mut seen: std::collections::HashMap<Vec<u8>, usize> = Default::default();
+    let mut kept: Vec<Saved> = Vec::with_capacity(holds.len());
+    for h in holds.drain(..) {
+        match seen.get(&h.token) {
+            Some(&i) => {
+                kept[i].deadline = kept[i].deadline.max(h.deadline);
+                kept[i].fence = kept[i].fence.max(h.fence);
+            }
+            None => {
+                seen.insert(h.token.clone(), kept.len());
+                kept.push(h);
+            }
+        }
+    }
+    *holds = kept;
 }
 
 /// Reads one lock; `None` for a short read or values no saved lock can have (a corrupt
 /// `RESTORE` payload with a valid checksum gets here).
 fn load_lock(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Box<Lock>> {
-    let (saved_at, mode, last_fence, holds) = if encver >= 3 {
+    let (saved_at, mode, last_fence, mut holds) = if encver >= 3 {
         let saved_at = raw::load_signed(rdb).ok()?;
         let mode = match raw::load_unsigned(rdb).ok()? {
             0 => Mode::Exclusive,
@@ -152,6 +173,10 @@ fn load_lock(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Box<Lock>> {
         };
         (saved_at, Mode::Exclusive, hold.fence, vec![hold])
     };
+    if !distinct_fences(&holds) {
+        return None;
+    }
+    merge_repeated_tokens(&mut holds);
     let now = clock::now();
     // A whole dataset (RDB, AOF preamble, full sync) holds what this module issued; one key
     // from elsewhere (RESTORE) must leave room for fences above it.
@@ -178,7 +203,7 @@ fn load_lock(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Box<Lock>> {
         }
         deadlines.push(now.to_mono(deadline));
     }
-    if !fence_ok(last_fence) || !distinct(&holds) {
+    if !fence_ok(last_fence) {
         return None;
     }
     let refs: Vec<HoldRef> = holds
@@ -377,5 +402,38 @@ fn log_warning(message: &str) {
             c"%s".as_ptr(),
             message.as_ptr(),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn saved(token: &str, deadline: i64, fence: u64) -> Saved {
+        Saved {
+            token: token.into(),
+            deadline,
+            fence,
+        }
+    }
+
+    #[test]
+    fn a_token_saved_twice_loads_as_one_hold_in_the_first_place() {
+        let mut holds = vec![
+            saved("a", 500, 10),
+            saved("b", 700, 11),
+            saved("a", 900, 12),
+        ];
+        assert!(distinct_fences(&holds));
+        merge_repeated_tokens(&mut holds);
+        let got: Vec<_> = holds
+            .iter()
+            .map(|h| (h.token.clone(), h.deadline, h.fence))
+            .collect();
+        assert_eq!(
+            got,
+            vec![(b"a".to_vec(), 900, 12), (b"b".to_vec(), 700, 11)]
+        );
+        assert!(!distinct_fences(&[saved("a", 1, 5), saved("b", 1, 5)]));
     }
 }

@@ -22,13 +22,14 @@ use super::state::{with, with_fences, Engine, Withdrawal};
 use crate::blocked;
 use crate::clock::{self, Now};
 use crate::keyspace::{key_in_db, signal_modified, LockKey};
-use crate::lock::{Lock, Mode};
+use crate::lock::{Acquire, AcquireError, Lock, Mode};
 use crate::propagate;
 use crate::propagate::TokenArg;
 use crate::replication;
 use crate::stats::{self, Event};
 
-/// How many leases one sweep ends before it yields to the event loop.
+/// How many leases (holds, not locks: one shared key may have many) one sweep ends before
+/// it yields to the event loop: about a millisecond of work.
 const SWEEP_BATCH: usize = 1000;
 
 /// How often a sweep looks again while writes are paused.
@@ -115,9 +116,12 @@ impl Engine {
     }
 
     /// Grants `lock` to the head of its queue, then to the new head, and so on while the
-    /// lock admits them: consecutive shared requests together, an exclusive one alone.
-    /// `indexed` follows the lock's entry in the lease index. `by_command`: a client's
-    /// command made the lock free, and is itself propagated.
+    /// lock admits them: consecutive shared requests together, an exclusive one alone. A
+    /// head whose token already holds the lock is served as a direct acquire would be: the
+    /// same kind renews its hold under the same fence, a shared request downgrades an
+    /// exclusive hold; one token never holds a key twice. `indexed` follows the lock's
+    /// entry in the lease index. `by_command`: a client's command made the lock free, and
+    /// is itself propagated.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn grant_queued(
         &mut self,
@@ -137,19 +141,25 @@ impl Engine {
         let verbatim = by_command && !replication::stream_is_read();
         let mut granted = false;
         while let Some(w) = self.waiters.head(db, name.as_slice()) {
-            if !lock.admits(w.want, now) {
-                break;
-            }
-            let (token, ttl, mode) = (w.token.clone(), w.ttl, w.want.mode);
-            let Ok(fence) = with_fences(|f| lock.grant(&token, ttl, mode, now, f)) else {
-                if granted {
+            let (token, ttl, want) = (w.token.clone(), w.ttl, w.want);
+            let acquired = with_fences(|f| lock.acquire(&token, ttl, want, false, now, f));
+            let (fence, fresh) = match acquired {
+                Ok(Acquire::Granted(fence)) => (fence, true),
+                Ok(Acquire::Renewed(fence) | Acquire::Downgraded(fence)) => (fence, false),
+                // Not admitted, or an upgrade, which waits for the token's own shared hold
+                // to end as any exclusive request waits for shared holds.
+                Ok(Acquire::Busy) | Err(AcquireError::Upgrade) => break,
+                Err(AcquireError::Fence(_)) if granted => {
                     // The rest join when a fence can be issued again (the sweep retries).
                     self.regrants.push((db, name.as_slice().into()));
                     self.arm(ctx, Some(now.mono + 1000), now);
                     return Granting::Granted;
                 }
-                return Granting::NoFence;
+                Err(AcquireError::Fence(_)) => return Granting::NoFence,
             };
+            if !fresh {
+                self.adopt(db, name.as_slice(), &token);
+            }
             let state = if verbatim {
                 Propagation::Verbatim
             } else {
@@ -157,7 +167,7 @@ impl Engine {
             };
             self.changed(ctx, name, lock, state, *indexed, now, Event::Granted);
             *indexed = Some(lock.deadline());
-            if let Some((handle, id)) = self.waiters.grant_head(db, name.as_slice(), fence) {
+            if let Some((handle, id)) = self.waiters.grant_head(db, name.as_slice(), fence, fresh) {
                 blocked::wake(handle, id);
             }
             granted = true;
@@ -169,8 +179,23 @@ impl Engine {
         }
     }
 
-    /// The leases of the lock at `key` that are due ended: each counted and announced, then
-    /// the lock passed on.
+    /// A request of `token` other than a waiter's grant was told it holds the lock at
+    /// (db, key): a renewal, a downgrade, an extend. A grant to `token` there that a
+    /// departed waiter left undelivered is no longer taken back: the hold is another's too.
+    pub(super) fn adopt(&mut self, db: i32, key: &[u8], token: &[u8]) {
+        if self.waiters.is_empty() && self.withdrawals.is_empty() {
+            return;
+        }
+        self.waiters.adopt(db, key, token);
+        self.withdrawals
+            .retain(|w| !(w.db == db && &*w.key == key && &*w.token == token));
+    }
+
+    /// Up to `limit` of the leases of the lock at `key` that are due ended, each counted and
+    /// announced, then the lock passed on; how many ended. Where more are due than `limit`
+    /// (shared holds ending together), the ones ended are propagated and the lock stays
+    /// filed as due: the sweep ends the rest in the next turns, and passes the lock on then.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn end_lease(
         &mut self,
         ctx: &Context,
@@ -179,15 +204,26 @@ impl Engine {
         name: &RedisString,
         indexed: Option<u64>,
         now: Now,
-    ) {
+        limit: usize,
+    ) -> usize {
         let Ok(Some(lock)) = key.lock() else {
-            return;
+            return 0;
         };
-        let ended = lock.end_due(now);
+        let ended = lock.end_due(now, limit);
         for _ in &ended {
             stats::record(ctx, Event::Expired, name);
         }
+        if lock.recorded() > 1 && lock.deadline() <= now.mono {
+            // Only shared holds come more than one to a key.
+            for token in &ended {
+                propagate::replicate_release(ctx, name, token);
+            }
+            leases::update(leases::address(lock), indexed, Some(lock.deadline()));
+            signal_modified(ctx, name);
+            return ended.len();
+        }
         self.pass_on(ctx, key, db, name, indexed, now, Removal::Ended(&ended));
+        ended.len()
     }
 
     /// Arms the timer to fire by `deadline` (monotonic), unless one is armed that fires no
@@ -264,7 +300,9 @@ impl Engine {
     /// replica left due leases to its master.
     fn end_due_leases(&mut self, ctx: &Context, now: Now, replica: bool) -> bool {
         let mut masters = Vec::new();
-        for _ in 0..SWEEP_BATCH {
+        let mut budget = SWEEP_BATCH;
+        while budget > 0 {
+            budget -= 1;
             let Some(due) = leases::pop_due(now.mono) else {
                 leases::put_back(&masters);
                 return !masters.is_empty();
@@ -284,7 +322,9 @@ impl Engine {
             // Otherwise the entry outlived its lock's key (a flush freeing it in the
             // background): nothing to end.
             if current {
-                self.end_lease(ctx, &mut key, due.db, &name, None, now);
+                // The entry's count above stands for its first lease ended.
+                let ended = self.end_lease(ctx, &mut key, due.db, &name, None, now, budget + 1);
+                budget = budget.saturating_sub(ended.saturating_sub(1));
             }
         }
         // More are due than one batch: the next turn of the event loop goes on.

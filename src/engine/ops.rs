@@ -125,6 +125,9 @@ impl Engine {
                 return Ok(Acquired::Blocked);
             }
         };
+        if event == Event::Extended {
+            self.adopt(db, name.as_slice(), a.token);
+        }
         let propagation = Propagation::of_command(token_arg);
         self.changed(ctx, name, lock, propagation, Some(indexed), now, event);
         if matches!(acquired, Acquire::Downgraded(_)) {
@@ -150,7 +153,8 @@ impl Engine {
             Some(lock) if lock.deadline() <= now.mono => lock.deadline(),
             _ => return Ok(()),
         };
-        self.end_lease(ctx, key, db, name, Some(indexed), now);
+        // All of them, however many: the command acts on the lock as it is now.
+        self.end_lease(ctx, key, db, name, Some(indexed), now, usize::MAX);
         Ok(())
     }
 
@@ -176,7 +180,7 @@ impl Engine {
         }
         match propagation {
             Propagation::State(token) => {
-                if let Some(hold) = lock.holds().find(|h| h.token == token.bytes()) {
+                if let Some(hold) = lock.hold_of(token.bytes()) {
                     replicate_hold(ctx, name, token, hold, lock.mode(), now);
                 }
             }
@@ -313,6 +317,7 @@ fn by_holder<R>(
         let Some(r) = change(lock)? else {
             return Ok(None);
         };
+        e.adopt(db, name.as_slice(), token_arg.as_slice());
         let propagation = Propagation::of_command(token_arg);
         e.changed(ctx, name, lock, propagation, Some(indexed), now, event);
         Ok(Some(r))
@@ -394,7 +399,7 @@ pub fn apply(ctx: &Context, name: &RedisString, a: &ApplyArgs) -> Result<(), Loc
 /// a master removes a lock whose lease ended before anyone acquires it afresh. A new shared
 /// holder joining shared holds may be either; it is announced as acquired.)
 fn applied_event(lock: &Lock, a: &ApplyArgs) -> Event {
-    match lock.holds().find(|h| h.token == a.token) {
+    match lock.hold_of(a.token) {
         Some(h) if h.fence != a.fence => Event::Fenced,
         Some(_) => Event::Extended,
         None if a.mode == Mode::Shared && lock.mode() == Mode::Shared => Event::Acquired,

@@ -49,6 +49,10 @@ pub struct Waiter<H> {
     /// Monotonic microseconds at which the wait times out; `None` waits without limit.
     pub timeout_at: Option<u64>,
     state: State,
+    /// Its grant made a hold that nobody else has been told of: if it leaves before its
+    /// reply goes out, the hold is taken back. False for a renewal of a hold its token
+    /// already had, and once another request of the same token is told of the hold.
+    owns_grant: bool,
 }
 
 /// The clients waiting for one (db, key): queued in order, and granted but not yet told.
@@ -141,6 +145,7 @@ impl<H: Copy + Eq + Hash> Registry<H> {
                 want,
                 timeout_at,
                 state: State::Queued,
+                owns_grant: false,
             },
         );
         self.queued += 1;
@@ -191,18 +196,43 @@ impl<H: Copy + Eq + Hash> Registry<H> {
     }
 
     /// The head of (db, key)'s queue was granted the lock under `fence`: its handle and id,
-    /// for the engine to wake it.
-    pub fn grant_head(&mut self, db: i32, key: &[u8], fence: u64) -> Option<(H, WaiterId)> {
+    /// for the engine to wake it. `fresh`: the grant made a new hold, rather than renewing
+    /// one its token already had (see [`Registry::adopt`]).
+    pub fn grant_head(
+        &mut self,
+        db: i32,
+        key: &[u8],
+        fence: u64,
+        fresh: bool,
+    ) -> Option<(H, WaiterId)> {
         let q = self.queue_mut(db, key)?;
         let id = q.queued.pop_front()?;
         q.granted.push(id);
         self.queued -= 1;
         let w = self.waiters.get_mut(&id)?;
         w.state = State::Answered(Reply::Granted(fence));
+        w.owns_grant = fresh;
         if let Some(at) = w.timeout_at {
             self.timeouts.remove(&(at, id));
         }
         Some((w.handle, id))
+    }
+
+    /// Another request of `token` was told it holds the lock at (db, key) (a renewal, an
+    /// extend): a grant to `token` there whose reply has not gone out is no longer that
+    /// waiter's alone, and is not taken back if it leaves.
+    pub fn adopt(&mut self, db: i32, key: &[u8], token: &[u8]) {
+        let Some(q) = self.queue(db, key) else {
+            return;
+        };
+        let granted = q.granted.clone();
+        for id in granted {
+            if let Some(w) = self.waiters.get_mut(&id) {
+                if &*w.token == token {
+                    w.owns_grant = false;
+                }
+            }
+        }
     }
 
     /// Answers every waiter of (db, key) with null: the lock it waited for was deleted,
@@ -319,7 +349,7 @@ impl<H: Copy + Eq + Hash> Registry<H> {
                 self.queued -= 1;
                 Left::Queued
             }
-            State::Answered(Reply::Granted(fence)) => Left::Granted {
+            State::Answered(Reply::Granted(fence)) if w.owns_grant => Left::Granted {
                 db: w.db,
                 key: w.key,
                 token: w.token,

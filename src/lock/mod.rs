@@ -302,7 +302,7 @@ impl Lock {
     ) -> Result<Acquire, AcquireError> {
         let deadline = now.mono + micros(ttl);
         if let Some(i) = self.find(token, now) {
-            let fence = self.hold(i).map_or(0, |h| h.fence);
+            let fence = self.hold(i).fence;
             return match (self.mode(), want.mode) {
                 (Mode::Shared, Mode::Exclusive) => Err(AcquireError::Upgrade),
                 (Mode::Exclusive, Mode::Shared) => {
@@ -344,35 +344,34 @@ impl Lock {
         } else {
             // A new fence is above the last: the vector has nothing left to say.
             self.names = Names::joined(self.key(), token);
-            (self.deadline, self.fence, self.more) = (deadline, fence, None);
+            (self.deadline, self.fence) = (deadline, fence);
+            self.clear_later();
             self.set_mode(mode);
         }
         Ok(fence)
     }
 
-    /// Removes the holds whose leases have ended, returning their tokens in grant order. If
-    /// none is left, the last stays recorded, ended.
-    pub fn end_due(&mut self, now: Now) -> Vec<Box<[u8]>> {
+    /// Removes up to `limit` holds whose leases have ended, earliest first, returning their
+    /// tokens: O(log H) each. If none is left, the last stays recorded, ended.
+    pub fn end_due(&mut self, now: Now, limit: usize) -> Vec<Box<[u8]>> {
         let mut ended = Vec::new();
-        let mut i = 0;
-        while let Some(h) = self.hold(i) {
-            if h.is_live(now) {
-                i += 1;
-                continue;
-            }
-            ended.push(h.token.into());
-            if self.holds().count() == 1 {
+        while ended.len() < limit {
+            let Some(at) = self.due(now) else {
+                break;
+            };
+            ended.push(self.hold(at).token.into());
+            if self.recorded() == 1 {
                 break;
             }
-            self.remove(i, now.mono);
+            self.remove(at, now.mono);
         }
         ended
     }
 
     /// [`Lock::end_due`] without the tokens.
     fn drop_ended(&mut self, now: Now) {
-        if self.holds().any(|h| !h.is_live(now)) {
-            self.end_due(now);
+        if self.due(now).is_some() {
+            self.end_due(now, usize::MAX);
         }
     }
 
@@ -386,11 +385,12 @@ impl Lock {
         true
     }
 
-    /// Takes back a grant under `fence` to `token` that could not be delivered; false if
-    /// that hold has moved on since.
+    /// Takes back a grant that could not be delivered: the hold of `token` under `fence`
+    /// (fences are unique within a key, so the pair names one hold). False if that hold
+    /// has moved on since (a new fence, released, ended).
     pub fn withdraw(&mut self, token: &[u8], fence: u64, now: Now) -> bool {
         match self.find(token, now) {
-            Some(i) if self.hold(i).is_some_and(|h| h.fence == fence) => {
+            Some(i) if self.hold(i).fence == fence => {
                 self.remove(i, now.mono);
                 true
             }
@@ -402,7 +402,7 @@ impl Lock {
         let Some(i) = self.find(token, now) else {
             return false;
         };
-        let fence = self.hold(i).map_or(0, |h| h.fence);
+        let fence = self.hold(i).fence;
         self.set_hold(i, now.mono + micros(ttl), fence);
         true
     }
@@ -418,7 +418,7 @@ impl Lock {
             return Ok(None);
         };
         let fence = fences.issue(self.last_fence(), now.wall(), now.mono_ms())?;
-        let deadline = self.hold(i).map_or(0, |h| h.deadline);
+        let deadline = self.hold(i).deadline;
         self.set_hold(i, deadline, fence);
         self.note_fence(fence);
         Ok(Some(fence))
@@ -445,14 +445,15 @@ impl Lock {
     /// one. The replica does not judge the master's leases by its own clock.
     pub fn apply(&mut self, token: &[u8], deadline: u64, fence: u64, mode: Mode) {
         self.set_replica_write(false);
-        let position = self.holds().position(|h| h.token == token);
+        let position = self.lookup(token);
         match (mode, self.mode(), position) {
             (Mode::Shared, Mode::Shared, Some(i)) => self.set_hold(i, deadline, fence),
             (Mode::Shared, Mode::Shared, None) => self.push(token, deadline, fence),
             _ => {
                 let last_fence = self.last_fence();
                 self.names = Names::joined(self.key(), token);
-                (self.deadline, self.fence, self.more) = (deadline, fence, None);
+                (self.deadline, self.fence) = (deadline, fence);
+                self.clear_later();
                 self.note_fence(last_fence);
                 self.set_mode(mode);
             }
@@ -463,8 +464,8 @@ impl Lock {
     /// A hold's end as the master propagated it (`LOCK.RELEASE` on the link). `None` if
     /// `token` had no recorded hold; `Some(true)` if it was the last, and the key goes.
     pub fn drop_hold(&mut self, token: &[u8], ended_at: u64) -> Option<bool> {
-        let i = self.holds().position(|h| h.token == token)?;
-        if self.holds().count() == 1 {
+        let i = self.lookup(token)?;
+        if self.recorded() == 1 {
             return Some(true);
         }
         self.remove(i, ended_at);

@@ -92,8 +92,11 @@ fn each_hold_has_its_own_lease_and_the_order_of_grants_stays() {
     let mut f = FenceIssuer::default();
     let (mut lock, [_, fb, fc]) = three_readers(&mut f);
     assert_eq!(lock.deadline(), 100_000, "indexed at the earliest lease");
-    assert!(lock.end_due(at(99)).is_empty());
-    assert_eq!(lock.end_due(at(100)), vec![Box::from(&b"a"[..])]);
+    assert!(lock.end_due(at(99), usize::MAX).is_empty());
+    assert_eq!(
+        lock.end_due(at(100), usize::MAX),
+        vec![Box::from(&b"a"[..])]
+    );
     assert_eq!(tokens(&lock, at(100)), [b"b".to_vec(), b"c".to_vec()]);
     assert_eq!(
         (lock.token(), lock.fence()),
@@ -103,7 +106,10 @@ fn each_hold_has_its_own_lease_and_the_order_of_grants_stays() {
     assert_eq!(lock.deadline(), 200_000);
     assert!(lock.extend(b"b", 500, at(150)));
     assert_eq!(lock.deadline(), 300_000);
-    assert_eq!(lock.end_due(at(300)), vec![Box::from(&b"c"[..])]);
+    assert_eq!(
+        lock.end_due(at(300), usize::MAX),
+        vec![Box::from(&b"c"[..])]
+    );
     assert_eq!(
         lock.last_fence(),
         fc,

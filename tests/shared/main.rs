@@ -15,6 +15,7 @@ mod common;
 mod compatibility;
 mod each_hold;
 mod guard;
+mod repeated_tokens;
 mod replies;
 
 use std::time::Duration;

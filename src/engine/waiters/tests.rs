@@ -42,10 +42,10 @@ fn grants_go_in_fifo_order_and_wait_for_delivery() {
     let ids: Vec<_> = (1..=3).map(|h| queue(&mut r, h, b"k", None)).collect();
     assert_eq!(r.queued_at(0, b"k"), 3);
     assert_eq!(r.head(0, b"k").unwrap().token.as_ref(), b"t1");
-    assert_eq!(r.grant_head(0, b"k", 42), Some((1, ids[0])));
+    assert_eq!(r.grant_head(0, b"k", 42, true), Some((1, ids[0])));
     assert_eq!(r.queued_at(0, b"k"), 2);
     assert_eq!(r.deliver(ids[0]), Some(Reply::Granted(42)));
-    assert_eq!(r.grant_head(0, b"k", 43), Some((2, ids[1])));
+    assert_eq!(r.grant_head(0, b"k", 43, true), Some((2, ids[1])));
     assert_eq!(r.head(0, b"k").unwrap().token.as_ref(), b"t3");
 }
 
@@ -66,7 +66,7 @@ fn a_key_event_answers_queued_and_granted_waiters_of_that_key_only() {
     let g = queue(&mut r, 1, b"k", None);
     let q = queue(&mut r, 2, b"k", Some(500));
     let other = queue(&mut r, 3, b"o", None);
-    r.grant_head(0, b"k", 9);
+    r.grant_head(0, b"k", 9, true);
     assert_eq!(r.answer_key(0, b"k"), vec![(2, q)]);
     assert_eq!(
         r.deliver(g),
@@ -76,8 +76,8 @@ fn a_key_event_answers_queued_and_granted_waiters_of_that_key_only() {
     assert_eq!(r.deliver(q), Some(Reply::Null));
     assert_eq!(r.next_timeout(), None);
     assert_eq!(r.queued_at(0, b"o"), 1);
-    assert_eq!(r.grant_head(0, b"k", 10), None);
-    assert_eq!(r.grant_head(0, b"o", 10), Some((3, other)));
+    assert_eq!(r.grant_head(0, b"k", 10, true), None);
+    assert_eq!(r.grant_head(0, b"o", 10, true), Some((3, other)));
 }
 
 #[test]
@@ -109,7 +109,7 @@ fn timeouts_leave_the_queue_in_deadline_order() {
     assert_eq!(r.pop_timed_out(300), Some((1, late)));
     assert_eq!(r.pop_timed_out(u64::MAX), None);
     assert_eq!(r.queued_at(0, b"k"), 1);
-    assert_eq!(r.grant_head(0, b"k", 5), Some((3, never)));
+    assert_eq!(r.grant_head(0, b"k", 5, true), Some((3, never)));
 }
 
 #[test]
@@ -134,7 +134,7 @@ fn leaving_tells_how_the_waiter_stood() {
     let mut r = registry();
     let g = queue(&mut r, 1, b"k", Some(100));
     let q = queue(&mut r, 2, b"k", Some(100));
-    r.grant_head(0, b"k", 77);
+    r.grant_head(0, b"k", 77, true);
     assert_eq!(
         r.leave(g),
         Some(Left::Granted {
@@ -150,5 +150,28 @@ fn leaving_tells_how_the_waiter_stood() {
     let a = queue(&mut r, 3, b"k", None);
     r.answer_key(0, b"k");
     assert_eq!(r.leave(a), Some(Left::Answered));
+    assert!(r.is_empty());
+}
+
+#[test]
+fn a_grant_another_request_was_told_of_is_not_taken_back() {
+    let mut r = registry();
+    // t1's grant made a hold; t2's renewed one it had: only the first is to be taken back.
+    let fresh = queue(&mut r, 1, b"k", None);
+    let renewal = queue(&mut r, 2, b"k", None);
+    r.grant_head(0, b"k", 7, true);
+    r.grant_head(0, b"k", 8, false);
+    assert_eq!(r.leave(renewal), Some(Left::Answered));
+    // Another request of t1 is told of the hold (a retry from a pool): t1's waiter leaving
+    // must not take it from under that one.
+    let again = queue(&mut r, 3, b"k", None);
+    r.grant_head(0, b"k", 9, true);
+    r.adopt(0, b"k", b"t1");
+    assert_eq!(r.leave(fresh), Some(Left::Answered));
+    // Adopting names one token: t3's grant is still its own.
+    assert!(matches!(
+        r.leave(again),
+        Some(Left::Granted { fence: 9, .. })
+    ));
     assert!(r.is_empty());
 }

@@ -1,0 +1,313 @@
+//! The async guard: one hold, its keep-alive task, and the clean-up of abandoned grants.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::{Cmd, FromRedisValue, RedisError, Value};
+
+use super::conn::AsyncConn;
+use crate::commands as cmds;
+use crate::error::{Error, GuardError, LossReason};
+use crate::guard::{next_extend, Hold};
+use crate::options::{Kind, Target};
+use crate::signal::LossSignal;
+
+/// A held lock (exclusive, shared, or one permit), from the async
+/// [`Mutex`](super::Mutex), [`RwLock`](super::RwLock) or [`Semaphore`](super::Semaphore).
+///
+/// Release it with [`release`](Self::release)`.await`. Dropped unreleased (an early return,
+/// a panic, a cancelled task), it stops its keep-alive and releases in a spawned task, best
+/// effort. A keep-alive task extends the lease while it lives; see [`LossSignal`] for when
+/// the hold counts as lost.
+pub struct Guard {
+    hold: Arc<Hold>,
+    /// The grant's connection: the keep-alive and the caller's commands share it.
+    conn: AsyncConn,
+    keepalive: Option<tokio::task::JoinHandle<()>>,
+    released: bool,
+}
+
+impl Guard {
+    /// Wraps a granted hold and starts its keep-alive; needs a tokio runtime.
+    pub(crate) fn start(hold: Hold, conn: AsyncConn) -> Guard {
+        let hold = Arc::new(hold);
+        let keepalive = hold
+            .spec
+            .opts
+            .keepalive_every()
+            .map(|every| tokio::spawn(keep_alive(Arc::clone(&hold), conn.clone(), every)));
+        Guard {
+            hold,
+            conn,
+            keepalive,
+            released: false,
+        }
+    }
+
+    /// The lock key.
+    pub fn key(&self) -> &str {
+        &self.hold.spec.key
+    }
+
+    /// This hold's token (fresh for each acquisition).
+    pub fn token(&self) -> &str {
+        &self.hold.token
+    }
+
+    /// The hold's fence: pass it with every write the lock protects.
+    pub fn fence(&self) -> u64 {
+        self.hold.fence.load(Ordering::SeqCst)
+    }
+
+    /// The kind of hold.
+    pub fn kind(&self) -> Kind {
+        self.hold.kind
+    }
+
+    /// A handle that fires when the hold is lost (or released); clone it into the work.
+    pub fn signal(&self) -> LossSignal {
+        LossSignal::new(Arc::clone(&self.hold.lease))
+    }
+
+    /// True once the hold is lost; see [`LossSignal::is_lost`].
+    pub fn is_lost(&self) -> bool {
+        self.hold.lease.status().is_err()
+    }
+
+    /// Resolves when the hold is lost, with why; see [`LossSignal::lost`].
+    pub async fn lost(&self) -> LossReason {
+        self.signal().lost().await
+    }
+
+    /// Runs `command` through `LOCK.GUARD` with this hold's fence; see the blocking
+    /// [`Guard::guard`](crate::Guard::guard).
+    pub async fn guard<T: FromRedisValue>(&self, command: &Cmd) -> Result<T, GuardError> {
+        let fence = self.fence();
+        let cmd = cmds::guard(self.key(), fence, command);
+        match self.call(&cmd).await.map_err(GuardError::from) {
+            Ok(reply) => Ok(redis::from_redis_value(reply).map_err(RedisError::from)?),
+            Err(GuardError::Fenced(refusal)) => {
+                self.hold.note_fenced(fence, &refusal);
+                Err(GuardError::Fenced(refusal))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Extends the lease by the ttl now. A reply of 0, or any error, ends the hold, as for
+    /// the keep-alive.
+    pub async fn extend(&self) -> Result<(), Error> {
+        let lease = &self.hold.lease;
+        lease.status().map_err(Error::Lost)?;
+        let cmd = cmds::extend(self.key(), self.token(), self.hold.spec.opts.ttl);
+        let sent = Instant::now();
+        match self.call(&cmd).await.and_then(cmds::bool_reply) {
+            Ok(true) => lease.confirm(sent).map_err(Error::Lost),
+            Ok(false) => {
+                lease.end(LossReason::NotHeld);
+                Err(Error::Lost(LossReason::NotHeld))
+            }
+            Err(e) => {
+                lease.end(LossReason::Error(e.clone()));
+                Err(Error::Redis(e))
+            }
+        }
+    }
+
+    /// Takes a new fence for this hold (`LOCK.FENCE`); later guarded writes use it.
+    pub async fn refence(&self) -> Result<u64, Error> {
+        let cmd = cmds::fence(self.key(), self.token());
+        match cmds::fence_reply(self.call(&cmd).await?)? {
+            Some(fence) => {
+                self.hold.fence.store(fence, Ordering::SeqCst);
+                Ok(fence)
+            }
+            None => {
+                self.hold.lease.end(LossReason::NotHeld);
+                Err(Error::Lost(LossReason::NotHeld))
+            }
+        }
+    }
+
+    /// Releases the hold: `Ok(true)` if this token still held it, `Ok(false)` if it had
+    /// already lost it.
+    pub async fn release(mut self) -> Result<bool, Error> {
+        self.stop();
+        let hold = Arc::clone(&self.hold);
+        Ok(release(&hold, self.conn.clone()).await?)
+    }
+
+    async fn call(&self, cmd: &Cmd) -> redis::RedisResult<Value> {
+        let timeout = self.hold.spec.opts.timeout;
+        self.conn.clone().query(cmd, Some(timeout)).await
+    }
+
+    fn stop(&mut self) {
+        self.released = true;
+        if let Some(task) = self.keepalive.take() {
+            task.abort();
+        }
+        self.hold.lease.end(LossReason::Released);
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        self.stop();
+        // Without a runtime the connection is gone too; the lease ends on its own.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let hold = Arc::clone(&self.hold);
+            let conn = self.conn.clone();
+            runtime.spawn(async move {
+                let _ = release(&hold, conn).await;
+            });
+        }
+    }
+}
+
+impl std::fmt::Debug for Guard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("aio::Guard")
+            .field("key", &self.key())
+            .field("kind", &self.kind())
+            .field("fence", &self.fence())
+            .field("lost", &self.hold.lease.status().err())
+            .finish()
+    }
+}
+
+/// `LOCK.RELEASE` on the grant's connection, or on a fresh one if that one is broken (its
+/// loss may be why the hold was lost, and the lock may still be held).
+async fn release(hold: &Hold, mut conn: AsyncConn) -> redis::RedisResult<bool> {
+    let spec = &hold.spec;
+    let cmd = cmds::release(&spec.key, &hold.token);
+    match conn.query(&cmd, Some(spec.opts.timeout)).await {
+        Err(e) if cmds::outcome_unknown(&e) => {
+            let mut fresh = AsyncConn::open(&spec.target, spec.opts.timeout).await?;
+            cmds::bool_reply(fresh.query(&cmd, Some(spec.opts.timeout)).await?)
+        }
+        reply => cmds::bool_reply(reply?),
+    }
+}
+
+/// Extends every `every` until the hold ends, and ends it on the first answer that is not a
+/// confirmation. No call outlasts the lease: at its end the hold is lost anyway.
+async fn keep_alive(hold: Arc<Hold>, mut conn: AsyncConn, every: Duration) {
+    let lease = &hold.lease;
+    let signal = LossSignal::new(Arc::clone(lease));
+    let cmd = cmds::extend(&hold.spec.key, &hold.token, hold.spec.opts.ttl);
+    loop {
+        let due = next_extend(lease.base(), every);
+        tokio::select! {
+            _ = signal.lost() => return,
+            _ = tokio::time::sleep_until(due.into()) => {}
+        }
+        let Ok(deadline) = lease.status() else { return };
+        let sent = Instant::now();
+        let reply = tokio::time::timeout_at(deadline.into(), conn.query(&cmd, None)).await;
+        let Ok(reply) = reply else {
+            // The deadline passed first: reading the status records the loss, dated at it.
+            let _ = lease.status();
+            return;
+        };
+        match reply.and_then(cmds::bool_reply) {
+            Ok(true) => {
+                if lease.confirm(sent).is_err() {
+                    return;
+                }
+            }
+            Ok(false) => return lease.end(LossReason::NotHeld),
+            Err(e) => return lease.end(LossReason::Error(e)),
+        }
+    }
+}
+
+/// A token whose acquire is under way. Dropped armed (the wait was cancelled, or failed
+/// with its outcome unknown), it spawns a clean-up that releases whatever the server may have
+/// granted the token.
+pub(crate) struct Pending {
+    target: Target,
+    key: String,
+    token: String,
+    client_id: Option<i64>,
+    timeout: Duration,
+    armed: bool,
+}
+
+impl Pending {
+    pub(crate) fn new(
+        target: &Target,
+        key: &str,
+        token: &str,
+        client_id: Option<i64>,
+        timeout: Duration,
+    ) -> Self {
+        Pending {
+            target: target.clone(),
+            key: key.to_string(),
+            token: token.to_string(),
+            client_id,
+            timeout,
+            armed: true,
+        }
+    }
+
+    pub(crate) fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let key = std::mem::take(&mut self.key);
+            let token = std::mem::take(&mut self.token);
+            let (target, id, timeout) = (self.target.clone(), self.client_id, self.timeout);
+            runtime.spawn(release_abandoned(target, key, token, id, timeout));
+        }
+    }
+}
+
+/// Releases `token` once the server has dropped the waiting connection `client_id` (closed
+/// with the acquire): until then it could still be granted, and a grant whose reply was
+/// written before the server saw the close stays with the token. The server passes on
+/// grants it could not deliver; this catches the ones it did.
+async fn release_abandoned(
+    target: Target,
+    key: String,
+    token: String,
+    client_id: Option<i64>,
+    timeout: Duration,
+) {
+    let Ok(mut conn) = AsyncConn::open(&target, timeout).await else {
+        return;
+    };
+    let release = cmds::release(&key, &token);
+    let _ = conn.query(&release, Some(timeout)).await;
+    let give_up = Instant::now() + Duration::from_secs(2);
+    match client_id {
+        Some(id) => {
+            let list = cmds::client_list_id(id);
+            while Instant::now() < give_up {
+                match conn.query_at(&list, &key, Some(timeout)).await {
+                    Ok(reply) if !cmds::client_listed(&reply) => break,
+                    Ok(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+                    // CLIENT LIST may be denied by ACL: fall back to a pause.
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        break;
+                    }
+                }
+            }
+        }
+        None => tokio::time::sleep(Duration::from_millis(200)).await,
+    }
+    let _ = conn.query(&release, Some(timeout)).await;
+}
