@@ -15,6 +15,7 @@ mod common;
 mod compatibility;
 mod each_hold;
 mod guard;
+mod many_holds;
 mod repeated_tokens;
 mod replies;
 
