@@ -2,7 +2,7 @@
 //! without a server. Everything is checked here, before a command touches a key: a command
 //! that gets past parsing cannot fail half-way.
 
-use crate::error::LockError;
+use crate::error::{LockError, Syntax};
 use crate::lock::{Mode, Want};
 
 pub const MAX_TOKEN_LEN: usize = 256;
@@ -21,6 +21,43 @@ pub struct AcquireArgs<'a> {
 /// The largest `LIMIT`: 2^31 permits.
 pub const MAX_LIMIT: u32 = 1 << 31;
 
+/// The options of `LOCK.ACQUIRE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Opt {
+    Shared,
+    Wait,
+    Limit,
+}
+
+impl Opt {
+    fn of(word: &[u8]) -> Option<Opt> {
+        [
+            (Opt::Shared, &b"SHARED"[..]),
+            (Opt::Wait, b"WAIT"),
+            (Opt::Limit, b"LIMIT"),
+        ]
+        .into_iter()
+        .find(|(_, name)| word.eq_ignore_ascii_case(name))
+        .map(|(opt, _)| opt)
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Opt::Shared => "SHARED",
+            Opt::Wait => "WAIT",
+            Opt::Limit => "LIMIT",
+        }
+    }
+
+    /// What the option's value is, as an error names it.
+    fn value(self) -> &'static str {
+        match self {
+            Opt::Wait => "a timeout",
+            _ => "a number",
+        }
+    }
+}
+
 /// `LOCK.ACQUIRE key token ttl [SHARED [LIMIT n]] [WAIT timeout]`; `args` excludes the
 /// command name and key. Options come in any order, each at most once; `LIMIT` needs
 /// `SHARED`.
@@ -34,24 +71,35 @@ pub fn acquire<'a>(args: &[&'a [u8]], max_ttl: i64) -> Result<AcquireArgs<'a>, L
     let (mut wait, mut shared, mut limit) = (None, false, None);
     while let [option, tail @ ..] = rest {
         rest = tail;
-        if option.eq_ignore_ascii_case(b"SHARED") && !shared {
+        let Some(name) = Opt::of(option) else {
+            return Err(LockError::Syntax(Syntax::UnknownOption));
+        };
+        let repeated = match name {
+            Opt::Shared => shared,
+            Opt::Wait => wait.is_some(),
+            Opt::Limit => limit.is_some(),
+        };
+        if repeated {
+            return Err(LockError::Syntax(Syntax::Repeated(name.as_str())));
+        }
+        if name == Opt::Shared {
             shared = true;
             continue;
         }
         let [value, tail @ ..] = rest else {
-            return Err(LockError::Syntax);
+            return Err(LockError::Syntax(Syntax::NoValue(
+                name.as_str(),
+                name.value(),
+            )));
         };
         rest = tail;
-        if option.eq_ignore_ascii_case(b"WAIT") && wait.is_none() {
-            wait = Some(timeout_arg(value)?);
-        } else if option.eq_ignore_ascii_case(b"LIMIT") && limit.is_none() {
-            limit = Some(limit_arg(value)?);
-        } else {
-            return Err(LockError::Syntax);
+        match name {
+            Opt::Wait => wait = Some(timeout_arg(value)?),
+            _ => limit = Some(limit_arg(value)?),
         }
     }
     let want = match (shared, limit) {
-        (false, Some(_)) => return Err(LockError::Syntax),
+        (false, Some(_)) => return Err(LockError::Syntax(Syntax::LimitWithoutShared)),
         (false, None) => Want::EXCLUSIVE,
         (true, limit) => Want {
             mode: Mode::Shared,
@@ -174,10 +222,11 @@ pub fn highwater(args: &[&[u8]]) -> Result<(u64, i64), LockError> {
 /// The fence of `LOCK.GUARD key fence command …`: a positive integer. (Any positive fence
 /// parses: one the lock never issued is refused by the check, not here.)
 pub fn guard_fence(fence: &[u8]) -> Result<u64, LockError> {
-    integer(fence)
-        .filter(|&f| f > 0)
-        .map(|f| f as u64)
-        .ok_or(LockError::NotAnInteger("fence"))
+    match integer(fence) {
+        Some(f) if f > 0 => Ok(f as u64),
+        Some(_) => Err(LockError::NotPositive("fence")),
+        None => Err(LockError::NotAnInteger("fence")),
+    }
 }
 
 fn token_arg(token: &[u8]) -> Result<&[u8], LockError> {
@@ -232,13 +281,19 @@ mod tests {
     fn a_guard_fence_is_a_positive_integer() {
         assert_eq!(guard_fence(b"1"), Ok(1));
         assert_eq!(guard_fence(b"9007199254740991"), Ok(9_007_199_254_740_991));
+        for bad in [&b"0"[..], b"-1", b"-9223372036854775808"] {
+            assert_eq!(
+                guard_fence(bad),
+                Err(LockError::NotPositive("fence")),
+                "{bad:?}"
+            );
+        }
         for bad in [
-            &b"0"[..],
-            b"-1",
-            b"abc",
+            &b"abc"[..],
             b"",
             b"01",
             b"+5",
+            b"-0",
             b"18446744073709551616",
         ] {
             assert_eq!(
@@ -277,11 +332,22 @@ mod tests {
     #[test]
     fn acquire_rejects_bad_options() {
         assert_eq!(acquire(&[b"t"], MAX), Err(LockError::Arity));
-        assert_eq!(acquire(&[b"t", b"1", b"NOPE"], MAX), Err(LockError::Syntax));
-        assert_eq!(acquire(&[b"t", b"1", b"WAIT"], MAX), Err(LockError::Syntax));
+        assert_eq!(
+            acquire(&[b"t", b"1", b"NOPE"], MAX),
+            Err(LockError::Syntax(Syntax::UnknownOption))
+        );
+        assert_eq!(
+            acquire(&[b"t", b"1", b"WAIT"], MAX),
+            Err(LockError::Syntax(Syntax::NoValue("WAIT", "a timeout")))
+        );
         assert_eq!(
             acquire(&[b"t", b"1", b"WAIT", b"1", b"WAIT", b"1"], MAX),
-            Err(LockError::Syntax)
+            Err(LockError::Syntax(Syntax::Repeated("WAIT")))
+        );
+        // Repeated before missing its value.
+        assert_eq!(
+            acquire(&[b"t", b"1", b"WAIT", b"1", b"wait"], MAX),
+            Err(LockError::Syntax(Syntax::Repeated("WAIT")))
         );
         assert_eq!(
             acquire(&[b"t", b"1", b"WAIT", b"-1"], MAX),
@@ -317,14 +383,35 @@ mod tests {
             ]),
             Ok((shared(Some(MAX_LIMIT)), Some(0)))
         );
-        for bad in [
-            &[&b"t"[..], b"1", b"LIMIT", b"4"][..],
-            &[b"t", b"1", b"SHARED", b"SHARED"],
-            &[b"t", b"1", b"SHARED", b"LIMIT", b"1", b"LIMIT", b"1"],
-            &[b"t", b"1", b"SHARED", b"LIMIT"],
-            &[b"t", b"1", b"EXCLUSIVE"],
+        for (bad, why) in [
+            (
+                &[&b"t"[..], b"1", b"LIMIT", b"4"][..],
+                Syntax::LimitWithoutShared,
+            ),
+            (
+                &[b"t", b"1", b"WAIT", b"0", b"LIMIT", b"4"],
+                Syntax::LimitWithoutShared,
+            ),
+            (
+                &[b"t", b"1", b"SHARED", b"SHARED"],
+                Syntax::Repeated("SHARED"),
+            ),
+            (
+                &[b"t", b"1", b"SHARED", b"LIMIT", b"1", b"LIMIT", b"1"],
+                Syntax::Repeated("LIMIT"),
+            ),
+            (
+                &[b"t", b"1", b"SHARED", b"LIMIT"],
+                Syntax::NoValue("LIMIT", "a number"),
+            ),
+            (
+                &[b"t", b"1", b"LIMIT"],
+                Syntax::NoValue("LIMIT", "a number"),
+            ),
+            (&[b"t", b"1", b"EXCLUSIVE"], Syntax::UnknownOption),
+            (&[b"t", b"1", b"SHARED", b"4"], Syntax::UnknownOption),
         ] {
-            assert_eq!(acquire(bad, MAX), Err(LockError::Syntax), "{bad:?}");
+            assert_eq!(acquire(bad, MAX), Err(LockError::Syntax(why)), "{bad:?}");
         }
         for (limit, e) in [
             (&b"0"[..], LockError::LimitOutOfRange),

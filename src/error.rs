@@ -13,10 +13,12 @@ use crate::lock::Fenced;
 pub enum LockError {
     /// Wrong number of arguments: replied with the server's standard message.
     Arity,
-    /// An unknown or repeated option.
-    Syntax,
+    /// Options that do not parse: what was expected.
+    Syntax(Syntax),
     /// `name` was not an integer, or did not fit in 64 bits.
     NotAnInteger(&'static str),
+    /// `name` was an integer, but not a positive one (a fence of 0).
+    NotPositive(&'static str),
     /// `ttl` outside `1..=max`.
     TtlOutOfRange {
         max: i64,
@@ -44,6 +46,18 @@ pub enum LockError {
     Unguardable(String, Unguardable),
     /// The caller's ACL does not let it run `LOCK.GUARD`'s command (its name).
     GuardNoPerm(String),
+}
+
+/// What is wrong with `LOCK.ACQUIRE`'s options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Syntax {
+    /// Not `SHARED`, `LIMIT` or `WAIT`.
+    UnknownOption,
+    /// The option (`SHARED`, `LIMIT`, `WAIT`) came twice.
+    Repeated(&'static str),
+    /// `WAIT` or `LIMIT` at the end, without its value: the option, and what it needs.
+    NoValue(&'static str, &'static str),
+    LimitWithoutShared,
 }
 
 /// Why `LOCK.GUARD` refuses a command before looking at the lock.
@@ -77,10 +91,22 @@ impl fmt::Display for LockError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             LockError::Arity => f.write_str("ERR wrong number of arguments"),
-            LockError::Syntax => f.write_str("ERR syntax error"),
+            // Core's prefix, so that clients matching "ERR syntax error" still do.
+            LockError::Syntax(why) => {
+                f.write_str("ERR syntax error: ")?;
+                match why {
+                    Syntax::UnknownOption => {
+                        f.write_str("expected SHARED, LIMIT n or WAIT timeout")
+                    }
+                    Syntax::Repeated(option) => write!(f, "{option} given twice"),
+                    Syntax::NoValue(option, what) => write!(f, "{option} needs {what}"),
+                    Syntax::LimitWithoutShared => f.write_str("LIMIT needs SHARED"),
+                }
+            }
             LockError::NotAnInteger(name) => {
                 write!(f, "ERR {name} is not an integer or out of range")
             }
+            LockError::NotPositive(name) => write!(f, "ERR {name} must be a positive integer"),
             LockError::TtlOutOfRange { max } => {
                 write!(f, "ERR ttl must be between 1 and {max} (lock.max-ttl)")
             }
@@ -148,8 +174,12 @@ mod tests {
     fn every_error_has_a_code() {
         let all = [
             LockError::Arity,
-            LockError::Syntax,
+            LockError::Syntax(Syntax::UnknownOption),
+            LockError::Syntax(Syntax::Repeated("WAIT")),
+            LockError::Syntax(Syntax::NoValue("WAIT", "a timeout")),
+            LockError::Syntax(Syntax::LimitWithoutShared),
             LockError::NotAnInteger("ttl"),
+            LockError::NotPositive("fence"),
             LockError::TtlOutOfRange { max: 10 },
             LockError::NegativeTimeout,
             LockError::TimeoutOutOfRange,
@@ -187,5 +217,37 @@ mod tests {
         assert!(LockError::TtlOutOfRange { max: 5 }
             .to_string()
             .contains("ttl"));
+        assert_eq!(
+            LockError::NotPositive("fence").to_string(),
+            "ERR fence must be a positive integer"
+        );
+    }
+
+    #[test]
+    fn syntax_errors_keep_the_core_prefix_and_say_what_was_expected() {
+        for (why, text) in [
+            (
+                Syntax::UnknownOption,
+                "ERR syntax error: expected SHARED, LIMIT n or WAIT timeout",
+            ),
+            (
+                Syntax::Repeated("SHARED"),
+                "ERR syntax error: SHARED given twice",
+            ),
+            (
+                Syntax::NoValue("WAIT", "a timeout"),
+                "ERR syntax error: WAIT needs a timeout",
+            ),
+            (
+                Syntax::NoValue("LIMIT", "a number"),
+                "ERR syntax error: LIMIT needs a number",
+            ),
+            (
+                Syntax::LimitWithoutShared,
+                "ERR syntax error: LIMIT needs SHARED",
+            ),
+        ] {
+            assert_eq!(LockError::Syntax(why).to_string(), text);
+        }
     }
 }

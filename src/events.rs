@@ -7,7 +7,9 @@ use std::mem::ManuallyDrop;
 use std::os::raw::{c_char, c_int, c_void};
 
 use redis_module::server_events::{LoadingSubevent, ServerRole};
-use redis_module::{raw, Context, InfoContext, NotifyEvent, RedisResult, RedisString};
+use redis_module::{
+    raw, Context, ContextFlags, InfoContext, NotifyEvent, RedisResult, RedisString, RedisValue,
+};
 use redis_module_macros::{
     cron_event_handler, info_command_handler, loading_event_handler, role_changed_event_handler,
 };
@@ -133,7 +135,10 @@ unsafe extern "C" fn on_persistence(
     _: *mut c_void,
 ) {
     if subevent == raw::REDISMODULE_SUBEVENT_PERSISTENCE_SYNC_AOF_START {
-        engine::aof_rewrite_started(&Context::new(ctx));
+        let ctx = Context::new(ctx);
+        if !rdb_preamble(&ctx) {
+            engine::aof_rewrite_started(&ctx);
+        }
     }
 }
 
@@ -160,7 +165,51 @@ unsafe extern "C" fn on_fork(
 ) {
     if subevent == raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN {
         replication::reader_may_have_appeared();
-        engine::aof_rewrite_started(&Context::new(ctx));
+        let ctx = Context::new(ctx);
+        if aof_rewrite_without_preamble(&ctx) {
+            engine::aof_rewrite_started(&ctx);
+        }
+    }
+}
+
+/// Whether the child just forked rewrites the AOF, which is on, without an RDB preamble:
+/// the one file that starts with no aux data, so the high-water mark must follow it (see
+/// `engine::aof_rewrite_started`). An RDB (`BGSAVE`, a save point, a replica's full sync)
+/// and a preamble carry the mark in their aux data already, and a mark propagated for them
+/// would count as a change: an idle server would save, and fork, for ever. Asked of the
+/// server on forks only, which are rare: the context flags (AOF on), `INFO persistence`
+/// (the child is an AOF rewrite: Redis sets the child's type before this event), and the
+/// configuration.
+fn aof_rewrite_without_preamble(ctx: &Context) -> bool {
+    ctx.get_flags().contains(ContextFlags::AOF)
+        && info_persistence(ctx, c"aof_rewrite_in_progress") == Some(1)
+        && !rdb_preamble(ctx)
+}
+
+/// A numeric field of `INFO persistence`; `None` where the server has no such field.
+fn info_persistence(ctx: &Context, field: &CStr) -> Option<i64> {
+    // SAFETY: ctx.ctx is the live context of the event; the section name is NUL-terminated.
+    let data = unsafe { raw::RedisModule_GetServerInfo.unwrap()(ctx.ctx, c"persistence".as_ptr()) };
+    if data.is_null() {
+        return None;
+    }
+    let mut err: c_int = 0;
+    // SAFETY: data is live until it is freed below; the field name is NUL-terminated.
+    let value = unsafe {
+        raw::RedisModule_ServerInfoGetFieldSigned.unwrap()(data, field.as_ptr(), &mut err)
+    };
+    // SAFETY: data came from GetServerInfo with this context and is freed once.
+    unsafe { raw::RedisModule_FreeServerInfo.unwrap()(ctx.ctx, data) };
+    (err == 0).then_some(value)
+}
+
+/// `aof-use-rdb-preamble` is on (the default; also if the server does not say).
+fn rdb_preamble(ctx: &Context) -> bool {
+    match ctx.call("CONFIG", &["GET", "aof-use-rdb-preamble"][..]) {
+        Ok(RedisValue::Array(pair)) => {
+            !matches!(pair.get(1), Some(RedisValue::SimpleString(v)) if v == "no")
+        }
+        _ => true,
     }
 }
 

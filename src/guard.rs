@@ -2,10 +2,11 @@
 //! which commands may be guarded, the keys a guarded call declares, and the call itself.
 //!
 //! - **Which commands.** `COMMAND INFO` says whether a command blocks or is kept from
-//!   scripts. It is asked once per command name and the answer remembered, until a module
-//!   is loaded or unloaded (the only way the command table changes while the server runs).
-//!   Only names the server knows are remembered, so the table stays as small as the
-//!   server's.
+//!   scripts; for a container command (`CONFIG`, `CLIENT`, `OBJECT`…), whether its
+//!   subcommand does (`COMMAND INFO config|set`). It is asked once per command or
+//!   subcommand name and the answer remembered, until a module is loaded or unloaded (the
+//!   only way the command table changes while the server runs). Only names the server knows
+//!   are remembered, so the table stays as small as the server's.
 //! - **Keys.** The command is flagged `getkeys-api`: asked for its keys, `LOCK.GUARD`
 //!   declares the lock key and then whatever the server finds in the guarded command, with
 //!   that command's own flags. So ACL key patterns, `COMMAND GETKEYS` and the cluster's slot
@@ -31,9 +32,12 @@ struct Class {
     arity: i64,
     blocking: bool,
     noscript: bool,
+    /// It has subcommands, which have flags of their own (`CONFIG`, `CLIENT`, `OBJECT`…).
+    container: bool,
 }
 
-/// Commands already asked about, by lowercased name.
+/// Commands already asked about, by lowercased name; a subcommand as `COMMAND INFO` names
+/// it, `container|subcommand`.
 static CLASSES: Mutex<Option<Classes>> = Mutex::new(None);
 
 /// FNV rather than SipHash: the table is looked up on every guarded call, and only the
@@ -99,7 +103,9 @@ fn is_lock_command(lower: &[u8]) -> bool {
 
 /// Refuses a command `LOCK.GUARD` must not run, before the lock is looked at: an unknown
 /// one, a wrong number of arguments, a blocking command, one scripts may not run, and
-/// `LOCK.*`. `inner` is the command and its arguments.
+/// `LOCK.*`. `inner` is the command and its arguments. A container command (`CONFIG`,
+/// `CLIENT`, `OBJECT`…) is judged by its subcommand's own arity and flags, as the server
+/// judges it when it runs: `CONFIG GET` is refused where `OBJECT ENCODING` runs.
 pub fn check(ctx: &Context, inner: &[RedisString]) -> Result<(), LockError> {
     let Some(first) = inner.first() else {
         return Err(LockError::Arity);
@@ -109,13 +115,49 @@ pub fn check(ctx: &Context, inner: &[RedisString]) -> Result<(), LockError> {
     if is_lock_command(name.lower()) {
         return Err(LockError::Unguardable(spelled(), Unguardable::LockCommand));
     }
-    let Some(class) = class_of(ctx, name.lower()) else {
+    // `config|set` is how `COMMAND INFO` names a subcommand; no call runs it by that name.
+    let class = if name.lower().contains(&b'|') {
+        None
+    } else {
+        class_of(ctx, name.lower())
+    };
+    let Some(class) = class else {
         return Err(LockError::Unguardable(spelled(), Unguardable::Unknown));
     };
+    check_arity(class, inner, spelled)?;
+    match (class.container, inner.get(1)) {
+        (true, Some(sub)) => {
+            let spelled = || format!("{}|{}", shown(first), shown(sub));
+            let full = [name.lower(), b"|", &sub.as_slice().to_ascii_lowercase()].concat();
+            let class = if sub.as_slice().contains(&b'|') {
+                None
+            } else {
+                class_of(ctx, &full)
+            };
+            let Some(class) = class else {
+                return Err(LockError::Unguardable(spelled(), Unguardable::Unknown));
+            };
+            check_arity(class, inner, spelled)?;
+            check_flags(class, spelled)
+        }
+        _ => check_flags(class, spelled),
+    }
+}
+
+/// The command's own arity (a subcommand's counts its container's name too).
+fn check_arity(
+    class: Class,
+    inner: &[RedisString],
+    spelled: impl Fn() -> String,
+) -> Result<(), LockError> {
     let argc = inner.len() as i64;
     if (class.arity > 0 && argc != class.arity) || argc < -class.arity {
         return Err(LockError::Unguardable(spelled(), Unguardable::Arity));
     }
+    Ok(())
+}
+
+fn check_flags(class: Class, spelled: impl Fn() -> String) -> Result<(), LockError> {
     if class.blocking {
         return Err(LockError::Unguardable(spelled(), Unguardable::Blocks));
     }
@@ -207,7 +249,8 @@ impl Reply {
             .then(|| unsafe { raw::RedisModule_CallReplyInteger.unwrap()(self.0) })
     }
 
-    /// A `COMMAND INFO` reply: `[[name, arity, [flag …], …]]`, or `[nil]`.
+    /// A `COMMAND INFO` reply: `[[name, arity, [flag …], first key, last key, step,
+    /// [category …], [tip …], [key spec …], [subcommand …]]]`, or `[nil]`.
     fn class(self) -> Option<Class> {
         let entry = self.element(0)?;
         let arity = entry.element(1)?.integer()?;
@@ -218,6 +261,7 @@ impl Reply {
             arity,
             blocking: has(b"blocking"),
             noscript: has(b"noscript"),
+            container: entry.element(9).is_some_and(|subs| subs.len() > 0),
         })
     }
 }

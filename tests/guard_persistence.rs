@@ -68,7 +68,7 @@ fn the_aof_holds_only_the_inner_commands() {
     );
     assert_err_starts(
         &guard_text(&mut con, "lk", "0", &["SET", "refused5", "x"]),
-        BAD_FENCE,
+        "ERR fence must be a positive integer",
     );
     assert_eq!(aof::incr(&s).len(), size, "refused guards wrote to the AOF");
 

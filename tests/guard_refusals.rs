@@ -5,10 +5,12 @@
 //!
 //! 1. Each reason a fence is refused (not held, a newer fence, an older one), a lease that
 //!    ended before the sweep removed its key, and a holder that slept past its lease.
-//! 2. Bad arguments: the arity, a fence that is not a positive 64-bit integer.
+//! 2. Bad arguments: the arity, a fence that is not an integer, or not a positive one.
 //! 3. The checks in their documented order.
 //! 4. Inner commands that cannot be guarded (unknown, their own arity, blocking, `noscript`,
-//!    `LOCK.*`), refused before the fence and the key's type are looked at.
+//!    `LOCK.*`), refused before the fence and the key's type are looked at; a container
+//!    command (`CONFIG`, `CLIENT`, `ACL`, `SCRIPT`, `OBJECT`) by its subcommand's own arity
+//!    and flags.
 
 mod common;
 
@@ -18,6 +20,9 @@ use std::time::Duration;
 use common::guard::*;
 use common::*;
 use redis::{Connection, ConnectionLike, Value};
+
+/// A fence that is an integer, but not a positive one (0, or below).
+const NOT_POSITIVE: &str = "ERR fence must be a positive integer";
 
 // ------------------------------------------------------------------------ fence refusals
 
@@ -233,10 +238,20 @@ fn bad_arguments_are_refused_and_change_nothing() {
         assert_refused(&mut con, &before, &r, ARITY, &format!("{a:?}"));
     }
 
-    for bad in ["0", "-1", "abc", "18446744073709551616", "1.5", ""] {
+    for (bad, expected) in [
+        ("0", NOT_POSITIVE),
+        ("-1", NOT_POSITIVE),
+        ("-9223372036854775808", NOT_POSITIVE),
+        ("abc", BAD_FENCE),
+        ("18446744073709551616", BAD_FENCE),
+        ("1.5", BAD_FENCE),
+        ("", BAD_FENCE),
+        ("-0", BAD_FENCE),
+    ] {
         let before = world(&mut con, "lk", &["data"]);
         let r = guard_text(&mut con, "lk", bad, &["SET", "data", "new"]);
-        assert_refused(&mut con, &before, &r, BAD_FENCE, &format!("fence {bad:?}"));
+        assert_eq!(r, Err(expected.to_string()), "fence {bad:?}");
+        assert_refused(&mut con, &before, &r, expected, &format!("fence {bad:?}"));
     }
     assert_eq!(get(&mut con, "data"), bulk("orig"));
 }
@@ -262,7 +277,7 @@ fn checks_run_in_order() {
             "lk",
             "0".into(),
             vec!["SET", "data"],
-            BAD_FENCE,
+            NOT_POSITIVE,
             "bad fence before inner arity",
         ),
         (
@@ -376,6 +391,44 @@ fn refused_inners(lk: &str, fence: i64) -> Vec<(Vec<String>, String)> {
             noscript("eval"),
         ),
         (v(&["fcall", "f", "0"]), noscript("fcall")),
+        // A container's subcommand, judged by its own flags and arity (issue 22: these
+        // reached the server, which refused them in its own words, or FENCED came first).
+        (
+            v(&["CONFIG", "SET", "maxmemory", "12345"]),
+            noscript("CONFIG|SET"),
+        ),
+        (v(&["config", "get", "maxmemory"]), noscript("config|get")),
+        (
+            v(&["CLIENT", "KILL", "ID", "999999"]),
+            noscript("CLIENT|KILL"),
+        ),
+        (
+            v(&["acl", "SETUSER", "intruder", "on", "+@all", "~*"]),
+            noscript("acl|SETUSER"),
+        ),
+        (v(&["SCRIPT", "FLUSH"]), noscript("SCRIPT|FLUSH")),
+        (v(&["client", "id"]), noscript("client|id")),
+        (
+            v(&["CONFIG", "SET", "maxmemory"]),
+            e("wrong number of arguments for 'CONFIG|SET'"),
+        ),
+        (
+            v(&["OBJECT", "ENCODING"]),
+            e("wrong number of arguments for 'OBJECT|ENCODING'"),
+        ),
+        (v(&["OBJECT"]), e("wrong number of arguments for 'OBJECT'")),
+        (
+            v(&["CONFIG", "NOSUCH", "x"]),
+            e("unknown command 'CONFIG|NOSUCH'"),
+        ),
+        (
+            v(&["config|set", "maxmemory", "1"]),
+            e("unknown command 'config|set'"),
+        ),
+        (
+            v(&["OBJECT", "encoding|x", "data"]),
+            e("unknown command 'OBJECT|encoding|x'"),
+        ),
         (
             v(&["lock.acquire", "elsewhere", "t", "1000"]),
             lock("lock.acquire"),
@@ -444,4 +497,94 @@ fn inner_commands_that_cannot_be_guarded_are_refused_before_the_fence() {
     set(&mut other, "data", "changed");
     let r = transaction(&mut con, &[args(&["SET", "after-watch", "1"])]);
     assert_eq!(r, vec![Ok(Value::Okay)], "a refused WATCH must not watch");
+}
+
+/// A container command is judged by its subcommand (README, `LOCK.GUARD`): `CONFIG SET`,
+/// `CLIENT KILL`, `ACL SETUSER` and `SCRIPT FLUSH` are kept from scripts, so they cannot be
+/// guarded, with a current fence and with a stale one alike, and none of them does anything
+/// (the setting, the connection, the user and the script are all still there). `OBJECT
+/// ENCODING`, which scripts may run, is guarded like any command: it runs under the current
+/// fence and is `FENCED` under the stale one.
+#[test]
+fn container_subcommands_are_judged_by_their_own_flags() {
+    let s = Server::new();
+    let mut con = s.conn();
+    set(&mut con, "data", "orig");
+    let mut victim = s.conn();
+    let victim_id: u64 = redis::cmd("CLIENT")
+        .arg("ID")
+        .query(&mut victim)
+        .expect("CLIENT ID");
+    let sha = match cmd!(&mut con, "SCRIPT", "LOAD", "return 1") {
+        Ok(v) => text(&v),
+        other => panic!("SCRIPT LOAD: {other:?}"),
+    };
+    let maxmemory = || cmd!(&mut s.conn(), "CONFIG", "GET", "maxmemory");
+    let config_before = maxmemory();
+    let stale = hold(&mut con, "lk");
+    let current = fence(&mut con, "lk", HOLDER).unwrap();
+    let victim_arg = victim_id.to_string();
+    let refused: [(&[&str], &str); 4] = [
+        (&["CONFIG", "SET", "maxmemory", "12345"], "CONFIG|SET"),
+        (&["CLIENT", "KILL", "ID", &victim_arg], "CLIENT|KILL"),
+        (
+            &["ACL", "SETUSER", "intruder", "on", "nopass", "+@all", "~*"],
+            "ACL|SETUSER",
+        ),
+        (&["SCRIPT", "FLUSH"], "SCRIPT|FLUSH"),
+    ];
+    for (fence, situation) in [(current, "current fence"), (stale, "stale fence")] {
+        for (inner, name) in refused {
+            let what = format!("[{situation}] LOCK.GUARD lk <fence> {}", inner.join(" "));
+            let before = world(&mut con, "lk", &["data"]);
+            let r = guard(&mut con, "lk", fence, inner);
+            let expected =
+                format!("ERR LOCK.GUARD: '{name}' cannot be guarded: scripts may not run it");
+            assert_eq!(r, Err(expected), "{what}");
+            assert_nothing_ran(&mut con, &before, 0, 0, &what);
+            assert_eq!(maxmemory(), config_before, "{what}: maxmemory changed");
+            assert!(
+                client_connected(&mut con, victim_id),
+                "{what}: the victim connection was killed"
+            );
+            assert_eq!(
+                cmd!(&mut con, "ACL", "GETUSER", "intruder"),
+                Ok(Value::Nil),
+                "{what}: the user was created"
+            );
+            assert_eq!(
+                cmd!(&mut con, "SCRIPT", "EXISTS", sha.as_str()),
+                Ok(Value::Array(vec![Value::Int(1)])),
+                "{what}: the script cache was flushed"
+            );
+        }
+    }
+    assert_eq!(
+        cmd!(&mut victim, "PING"),
+        Ok(Value::SimpleString("PONG".into()))
+    );
+
+    // A subcommand scripts may run: guarded like any other command.
+    let inner = ["OBJECT", "ENCODING", "data"];
+    let c = counters(&mut con);
+    let r = guard(&mut con, "lk", current, &inner);
+    assert_eq!(
+        r,
+        cmd!(&mut con, "OBJECT", "ENCODING", "data"),
+        "OBJECT ENCODING ran"
+    );
+    assert!(
+        matches!(r, Ok(Value::BulkString(_))),
+        "OBJECT ENCODING: {r:?}"
+    );
+    assert_counted(&mut con, c, 1, 0, "OBJECT ENCODING under the current fence");
+    let before = world(&mut con, "lk", &["data"]);
+    let r = guard(&mut con, "lk", stale, &inner);
+    assert_refused(
+        &mut con,
+        &before,
+        &r,
+        NEWER,
+        "OBJECT ENCODING under a stale fence",
+    );
 }

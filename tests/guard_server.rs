@@ -237,7 +237,7 @@ fn info_counters_move_by_exactly_what_ran_and_what_was_fenced() {
     step(&mut con, 0, 1, "a not-held refusal");
     assert_err_starts(
         &guard_text(&mut con, "lk", "-1", &["SET", "a", "2"]),
-        BAD_FENCE,
+        "ERR fence must be a positive integer",
     );
     step(&mut con, 0, 0, "a bad fence");
     assert_err_starts(&run_raw(&mut con, &args(&["LOCK.GUARD", "lk", "1"])), ARITY);

@@ -188,47 +188,99 @@ fn bad_token_is_rejected_and_changes_nothing() {
     }
 }
 
+/// Options that do not parse: `ERR syntax error`, as core says it, then what was expected.
+const UNKNOWN_OPTION: &str = "ERR syntax error: expected SHARED, LIMIT n or WAIT timeout";
+
 #[test]
 fn bad_options_are_syntax_errors_and_change_nothing() {
     let (_s, mut c) = bad_input_server();
     for key in [&b"held"[..], b"free"] {
         for tok in [&b"owner"[..], b"other"] {
-            let cases: [Vec<&[u8]>; 6] = [
-                vec![b"LOCK.ACQUIRE", key, tok, b"1000", b"FOO", b"1"],
-                vec![b"LOCK.ACQUIRE", key, tok, b"1000", b"NX", b"PX"],
-                vec![
-                    b"LOCK.ACQUIRE",
-                    key,
-                    tok,
-                    b"1000",
-                    b"WAIT",
-                    b"10",
-                    b"WAIT",
-                    b"10",
-                ],
-                vec![
-                    b"LOCK.ACQUIRE",
-                    key,
-                    tok,
-                    b"1000",
-                    b"WAIT",
-                    b"10",
-                    b"wait",
-                    b"20",
-                ],
-                vec![b"LOCK.ACQUIRE", key, tok, b"1000", b"WAIT", b"10", b"EXTRA"],
-                vec![b"LOCK.ACQUIRE", key, tok, b"1000", b"", b""],
+            let cases: [(Vec<&[u8]>, &str); 11] = [
+                (
+                    vec![b"LOCK.ACQUIRE", key, tok, b"1000", b"FOO", b"1"],
+                    UNKNOWN_OPTION,
+                ),
+                (
+                    vec![b"LOCK.ACQUIRE", key, tok, b"1000", b"NX", b"PX"],
+                    UNKNOWN_OPTION,
+                ),
+                (
+                    vec![
+                        b"LOCK.ACQUIRE",
+                        key,
+                        tok,
+                        b"1000",
+                        b"WAIT",
+                        b"10",
+                        b"WAIT",
+                        b"10",
+                    ],
+                    "ERR syntax error: WAIT given twice",
+                ),
+                (
+                    vec![
+                        b"LOCK.ACQUIRE",
+                        key,
+                        tok,
+                        b"1000",
+                        b"WAIT",
+                        b"10",
+                        b"wait",
+                        b"20",
+                    ],
+                    "ERR syntax error: WAIT given twice",
+                ),
+                (
+                    vec![b"LOCK.ACQUIRE", key, tok, b"1000", b"WAIT", b"10", b"EXTRA"],
+                    UNKNOWN_OPTION,
+                ),
+                (
+                    vec![b"LOCK.ACQUIRE", key, tok, b"1000", b"", b""],
+                    UNKNOWN_OPTION,
+                ),
+                // An option without its value: never a grant, and the error says so.
+                (
+                    vec![b"LOCK.ACQUIRE", key, tok, b"1000", b"WAIT"],
+                    "ERR syntax error: WAIT needs a timeout",
+                ),
+                (
+                    vec![b"LOCK.ACQUIRE", key, tok, b"1000", b"SHARED", b"wait"],
+                    "ERR syntax error: WAIT needs a timeout",
+                ),
+                (
+                    vec![b"LOCK.ACQUIRE", key, tok, b"1000", b"SHARED", b"LIMIT"],
+                    "ERR syntax error: LIMIT needs a number",
+                ),
+                // LIMIT is a count of shared holds.
+                (
+                    vec![b"LOCK.ACQUIRE", key, tok, b"1000", b"LIMIT", b"3"],
+                    "ERR syntax error: LIMIT needs SHARED",
+                ),
+                (
+                    vec![
+                        b"LOCK.ACQUIRE",
+                        key,
+                        tok,
+                        b"1000",
+                        b"WAIT",
+                        b"0",
+                        b"limit",
+                        b"3",
+                    ],
+                    "ERR syntax error: LIMIT needs SHARED",
+                ),
             ];
-            for args in cases {
-                expect_error_changes_nothing(&mut c, &args, "ERR syntax error", None);
+            for (args, expected) in cases {
+                let raw: Vec<Vec<u8>> = args.iter().map(|a| a.to_vec()).collect();
+                assert_eq!(
+                    run_raw(&mut c, &raw),
+                    Err(expected.to_string()),
+                    "{}",
+                    show_cmd(&raw)
+                );
+                expect_error_changes_nothing(&mut c, &args, expected, None);
             }
-            // An option without its value: an error (syntax), never a grant.
-            expect_error_changes_nothing(
-                &mut c,
-                &[b"LOCK.ACQUIRE", key, tok, b"1000", b"WAIT"],
-                "ERR",
-                None,
-            );
         }
     }
 }

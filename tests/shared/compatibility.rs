@@ -147,7 +147,11 @@ fn bad_limits_and_limit_without_shared_are_refused_and_change_nothing() {
     shared(&mut c, "k", "b", TTL);
     let range = "ERR limit must be between 1 and 2147483648";
     let not_int = "ERR limit is not an integer or out of range";
-    let syntax = "ERR syntax error";
+    let without_shared = "ERR syntax error: LIMIT needs SHARED";
+    let twice = |option: &str| format!("ERR syntax error: {option} given twice");
+    let (shared_twice, limit_twice, wait_twice) = (twice("SHARED"), twice("LIMIT"), twice("WAIT"));
+    let no_number = "ERR syntax error: LIMIT needs a number";
+    let unknown = "ERR syntax error: expected SHARED, LIMIT n or WAIT timeout";
     let cases: [(&[&str], &str); 16] = [
         (&["SHARED", "LIMIT", "0"], range),
         (&["SHARED", "LIMIT", "-1"], range),
@@ -157,14 +161,14 @@ fn bad_limits_and_limit_without_shared_are_refused_and_change_nothing() {
         (&["SHARED", "LIMIT", "1.5"], not_int),
         (&["SHARED", "LIMIT", ""], not_int),
         (&["SHARED", "LIMIT", "99999999999999999999"], not_int),
-        (&["LIMIT", "4"], syntax),
-        (&["LIMIT", "4", "WAIT", "0"], syntax),
-        (&["SHARED", "SHARED"], syntax),
-        (&["SHARED", "LIMIT", "2", "LIMIT", "2"], syntax),
-        (&["SHARED", "LIMIT"], syntax),
-        (&["SHARED", "WAIT", "0", "WAIT", "0"], syntax),
-        (&["EXCLUSIVE"], syntax),
-        (&["SHARED", "LIMIT", "3", "EXTRA"], syntax),
+        (&["LIMIT", "4"], without_shared),
+        (&["LIMIT", "4", "WAIT", "0"], without_shared),
+        (&["SHARED", "SHARED"], &shared_twice),
+        (&["SHARED", "LIMIT", "2", "LIMIT", "2"], &limit_twice),
+        (&["SHARED", "LIMIT"], no_number),
+        (&["SHARED", "WAIT", "0", "WAIT", "0"], &wait_twice),
+        (&["EXCLUSIVE"], unknown),
+        (&["SHARED", "LIMIT", "3", "EXTRA"], unknown),
     ];
     let acquires = stat(&mut c, "lock_acquires");
     for key in ["k", "free"] {

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use crate::cmd;
-use crate::common::holds::holders;
+use crate::common::holds::{holders, Pending};
 use crate::common::*;
 use crate::dump_decoder::{compare_dumps, decode_dump, dump};
 use crate::snapshots::{compare, snap};
@@ -163,6 +163,76 @@ fn live_replication_mirrors_each_change() {
         f.check(!exists(&mut rc, k), || format!("{k} still on the replica"));
     }
     f.done("live replication");
+}
+
+/// A shared grant taken back from a client killed before its reply went out (README,
+/// `LOCK.ACQUIRE`, "Leaving"): `MULTI; LOCK.RELEASE k x; CLIENT KILL ID <a>; EXEC` grants
+/// the queued `a` inside the transaction and kills it before it is told. The grant reached
+/// the replica, so its end must too: the replica holds what the master holds, nothing at a
+/// key where `a` was alone, and only `b` where the shared waiter `b` was granted with `a`.
+#[test]
+fn a_withdrawn_shared_grant_ends_on_the_replica_too() {
+    let (m, r) = replica_pair();
+    let mut mc = m.conn();
+    let mut rc = r.conn();
+    let mut f = Findings::default();
+    for (key, stays) in [("alone", None), ("with-b", Some("b"))] {
+        acquire(&mut mc, key, "x", 100_000).unwrap();
+        let a = Pending::join(&m, key, "a", 100_000, &["SHARED", "WAIT", "0"]);
+        let b = stays.map(|t| Pending::join(&m, key, t, 100_000, &["SHARED", "WAIT", "0"]));
+        let mut other = m.conn();
+        exec(
+            &mut other,
+            &[
+                args(&["LOCK.RELEASE", key, "x"]),
+                args(&["CLIENT", "KILL", "ID", &a.id.to_string()]),
+            ],
+        );
+        match a.reply_within(Duration::from_secs(2)) {
+            Some((Err(e), _)) if e.starts_with("connection") => {}
+            other => panic!("{key}: the killed waiter a must get no reply: {other:?}"),
+        }
+        if let Some(b) = &b {
+            b.granted_within(Duration::from_secs(2), key);
+        }
+        let want: Vec<&str> = stays.into_iter().collect();
+        let settled = wait_until(Duration::from_secs(2), || {
+            holders(&mut mc, key).map(|hs| hs.iter().map(|h| h.token.clone()).collect::<Vec<_>>())
+                == (!want.is_empty()).then(|| want.iter().map(|t| t.to_string()).collect())
+        });
+        assert!(
+            settled,
+            "{key}: the master holds {:?}, not {want:?}, after a's grant was taken back",
+            holders(&mut mc, key)
+        );
+        sync(&mut mc);
+        let on_replica = holders(&mut rc, key);
+        let tokens: Vec<String> = on_replica
+            .iter()
+            .flatten()
+            .map(|h| h.token.clone())
+            .collect();
+        f.check(tokens == want, || {
+            format!(
+                "{key}: after a's shared grant was taken back the replica holds {tokens:?} \
+                 (the master {want:?}): the end of the withdrawn grant was not propagated"
+            )
+        });
+        f.check(exists(&mut rc, key) == stays.is_some(), || {
+            format!(
+                "{key}: on the replica the key exists: {}",
+                exists(&mut rc, key)
+            )
+        });
+        mirrored(
+            &m,
+            &r,
+            &[key],
+            &format!("{key}: a withdrawn shared grant"),
+            &mut f,
+        );
+    }
+    f.done("a withdrawn shared grant on the replica");
 }
 
 /// The master dies; the replica is promoted: its holds are the master's, a shared hold's
