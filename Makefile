@@ -4,7 +4,7 @@
 MODULE := target/release/libredis_lock.so
 PORT   ?= 6390
 
-.PHONY: all build run test test-quick test-matrix unit check bench bench-instructions leak-check fuzz-long clean deps
+.PHONY: all build run test test-clients test-quick test-matrix unit check bench bench-instructions leak-check fuzz-long clean deps
 
 all: build
 
@@ -27,9 +27,18 @@ run: build
 	@echo
 	redis-server redis.conf.example --port $(PORT)
 
-# Unit tests of the pure logic, then the integration tests against real servers.
+# Unit tests of the pure logic, the integration tests against real servers, then the client
+# libraries' tests. Test binaries build with the `itest` profile (Cargo.toml): the release
+# module they test is `make build`'s.
 test: build
-	cargo test --release
+	cargo test --profile itest
+	$(MAKE) --no-print-directory test-clients
+
+# The client libraries against real servers: clients/rust (blocking and tokio) and
+# clients/python (redis-py 5.x and 8.x, RESP2 and RESP3, in venvs under target/clients/).
+test-clients: build
+	cargo test -p redis-lock-client
+	bash clients/python/run-tests.sh
 
 # Module against the Lua way and plain native commands, in one run; writes bench-results.json.
 bench: build
@@ -38,7 +47,7 @@ bench: build
 # A quick local run: unit tests and the fast integration files; leaves out the slowest
 # (cluster, model, crash, clock steps, failover, fuzzers, clients), which `make test` and CI run.
 test-quick: build
-	cargo test --release --lib --test commands --test wait --test persistence --test replication --test server_integration --test exclusion --test keyspace --test server_rules
+	cargo test --profile itest --lib --test commands --test wait --test persistence --test replication --test server_integration --test exclusion --test keyspace --test server_rules
 
 # Integration tests against each server: Redis 7.0 (system), Valkey 8.1/9.1 and Redis 8.2
 # (PyPI wheels in venvs under target/matrix/). SERVERS="valkey-9.1" runs only some.
@@ -58,14 +67,15 @@ leak-check: build
 
 # Longer seeded runs of the fuzzers and the model; FUZZ_SEED / MODEL_SEED replay a failure.
 fuzz-long: build
-	FUZZ_RESTORES=200000 FUZZ_COMMANDS=200000 MODEL_OPS=20000 cargo test --release --test fuzz_restore --test fuzz_args --test model -- --nocapture
+	FUZZ_RESTORES=200000 FUZZ_COMMANDS=200000 MODEL_OPS=20000 cargo test --profile itest --test fuzz_restore --test fuzz_args --test model -- --nocapture
 
 unit:
-	cargo test --release --lib
+	cargo test --profile itest --lib
 
 check:
-	cargo fmt --check
+	cargo fmt --all --check
 	cargo clippy --release --all-targets -- -D warnings
+	cargo clippy -p redis-lock-client --all-targets -- -D warnings
 
 clean:
 	cargo clean

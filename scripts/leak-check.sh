@@ -327,7 +327,7 @@ if [ -n "$LEAK_TESTS" ]; then
   set +e
   REDIS_SERVER=$WRAPPER REDIS_LOCK_MODULE=$MODULE \
     MODEL_OPS=${MODEL_OPS:-300} FUZZ_RESTORES=${FUZZ_RESTORES:-300} \
-    cargo test --release --no-fail-fast "${args[@]}" -- --test-threads=2 "${skips[@]}" >"$OUT/tests.log" 2>&1
+    cargo test --profile itest --no-fail-fast "${args[@]}" -- --test-threads=2 "${skips[@]}" >"$OUT/tests.log" 2>&1
   rc=$?
   set -e
   tests_status=$(grep -E '^test result:' "$OUT/tests.log" | awk '{p+=$4; f+=$6} END {print p" passed, "f" failed"}')

@@ -61,7 +61,7 @@ server_binary() {
 echo "test-matrix: cargo build --release" >&2
 cargo build --release --quiet
 # Compile the test binaries once, outside the per-server timing.
-cargo test --release --test '*' --no-run --quiet
+cargo test --profile itest --test '*' --no-run --quiet
 
 total_pass=0
 total_fail=0
@@ -82,7 +82,7 @@ for entry in "${SERVERS[@]}"; do
   t0=$(date +%s)
   set +e
   REDIS_SERVER="$bin" CARGO_TERM_COLOR=never timeout "$PER_SERVER_TIMEOUT" \
-    cargo test --release --no-fail-fast --test '*' -- --color never > "$log" 2>&1
+    cargo test --profile itest --no-fail-fast --test '*' -- --color never > "$log" 2>&1
   rc=$?
   set -e
   secs=$(( $(date +%s) - t0 ))
