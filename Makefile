@@ -4,7 +4,7 @@
 MODULE := target/release/libredis_lock.so
 PORT   ?= 6390
 
-.PHONY: all build run test test-clients test-quick test-matrix unit check bench bench-instructions leak-check fuzz-long clean deps
+.PHONY: all build run test test-clients test-examples test-quick test-matrix unit check bench bench-instructions leak-check fuzz-long clean deps
 
 all: build
 
@@ -33,12 +33,17 @@ run: build
 test: build
 	cargo test --profile itest
 	$(MAKE) --no-print-directory test-clients
+	$(MAKE) --no-print-directory test-examples
 
 # The client libraries against real servers: clients/rust (blocking and tokio) and
 # clients/python (redis-py 5.x and 8.x, RESP2 and RESP3, in venvs under target/clients/).
 test-clients: build
 	cargo test -p redis-lock-client
 	bash clients/python/run-tests.sh
+
+# The examples (examples/README.md): Python, Rust and redis-cli, against a server of their own.
+test-examples: build
+	bash examples/run.sh
 
 # Module against the Lua way and plain native commands, in one run; writes bench-results.json.
 bench: build
@@ -75,7 +80,7 @@ unit:
 check:
 	cargo fmt --all --check
 	cargo clippy --release --all-targets -- -D warnings
-	cargo clippy -p redis-lock-client --all-targets -- -D warnings
+	cargo clippy -p redis-lock-client -p redis-lock-examples --all-targets -- -D warnings
 
 clean:
 	cargo clean
