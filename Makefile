@@ -72,7 +72,7 @@ leak-check: build
 
 # Longer seeded runs of the fuzzers and the model; FUZZ_SEED / MODEL_SEED replay a failure.
 fuzz-long: build
-	FUZZ_RESTORES=200000 FUZZ_COMMANDS=200000 MODEL_OPS=20000 cargo test --profile itest --test fuzz_restore --test fuzz_args --test model -- --nocapture
+	FUZZ_RESTORES=200000 FUZZ_COMMANDS=200000 MODEL_OPS=20000 MODEL_REACH_OPS=10000 cargo test --profile itest --test fuzz_restore --test fuzz_args --test model -- --nocapture
 
 unit:
 	cargo test --profile itest --lib

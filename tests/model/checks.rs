@@ -17,6 +17,9 @@ impl Driver {
         for (i, l) in self.log.iter().enumerate().skip(from) {
             s.push_str(&format!("  #{i} {l}\n"));
         }
+        if self.reach.is_some() {
+            s.push_str(&self.survival_at_failure());
+        }
         panic!(
             "MODEL DISAGREES (MODEL_SEED={} op #{}): {msg}\n--- last ops ---\n{s}--- model ---\n{:#?}",
             self.seed,

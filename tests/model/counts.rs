@@ -131,4 +131,23 @@ pub(crate) struct Counts {
     pub(crate) max_holders: u64,
     /// `LOCK.HOLDERS` replies checked (ops and key checks).
     pub(crate) holders_checked: u64,
+    // Repeated tokens (`queue_rules`; queued only by the reachability run).
+    /// Queued requests whose token held the key when they reached the head: renewed under
+    /// the same fence, or downgraded.
+    pub(crate) queue_renewals: u64,
+    pub(crate) queue_downgrades: u64,
+    /// Requests queued by a token already queued for the key (from another connection),
+    /// and of those the same request again (a retry).
+    pub(crate) repeat_waits: u64,
+    pub(crate) retries: u64,
+    /// Fences of holds whose grant was never told (its client killed), learnt from
+    /// another request of the token told of the hold.
+    pub(crate) fences_learnt: u64,
+    /// Transactions that killed granted waiters before their replies (`withdrawn_grants`),
+    /// and the killed: new holds taken back, new holds kept (another request of the token
+    /// was told of them), renewals and downgrades (kept).
+    pub(crate) kills: u64,
+    pub(crate) killed_taken_back: u64,
+    pub(crate) killed_kept: u64,
+    pub(crate) killed_renewals: u64,
 }

@@ -9,6 +9,7 @@ use crate::common::model::{
     AcqExpect, MHold, MLock, MWaiter, Mode, Pending, Span, Want, UPGRADE_ERR,
 };
 use crate::common::{parse_info, run_raw};
+use crate::queue_rules::QueueRules;
 use crate::raw_connections::{Reply, Sock};
 use crate::{show, Driver, KEYS, LONG_TTL};
 use rand::seq::SliceRandom;
@@ -134,7 +135,7 @@ impl Driver {
                 let h = l.hold_mut(&token);
                 h.mode = Mode::Shared;
                 h.deadline = deadline;
-                let granted = self.model.serve(k, sent);
+                let granted = self.model.serve_key(k, sent);
                 self.counts.downgrade_grants += granted.len() as u64;
                 self.read_grants(k, granted, sent, "the downgrade");
             }
@@ -216,18 +217,30 @@ impl Driver {
         want: Want,
         timeout: u64,
     ) {
+        self.op_acquire_wait_ttl(k, token, want, timeout, LONG_TTL)
+    }
+
+    /// `op_acquire_wait_for` asking for a lease of `ttl` (beyond the run).
+    pub(crate) fn op_acquire_wait_ttl(
+        &mut self,
+        k: usize,
+        token: Vec<u8>,
+        want: Want,
+        timeout: u64,
+        ttl: u64,
+    ) {
         self.counts.acquire_wait += 1;
         let short_wait = timeout != 0 && timeout != LONG_TTL;
         let expect = self.model.acquire(k, &token, want);
         self.count_request(k, want, expect);
         let wait = vec![b"WAIT".to_vec(), timeout.to_string().into_bytes()];
-        let args = self.acquire_args(k, &token, LONG_TTL, want, Some(wait));
+        let args = self.acquire_args(k, &token, ttl, want, Some(wait));
         let args: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
         let mut sock = Sock::connect(self.server.port);
         let sent = Instant::now();
         sock.send(&args);
         let what = format!(
-            "ACQUIRE {} {} {LONG_TTL} {want} WAIT {timeout} (model {expect:?})",
+            "ACQUIRE {} {} {ttl} {want} WAIT {timeout} (model {expect:?})",
             KEYS[k],
             show(&token)
         );
@@ -241,7 +254,7 @@ impl Driver {
                 Some(Reply::Error(e)) => Err(e),
                 other => self.fail(&format!("{what}: server {other:?}")),
             };
-            self.apply_answer(k, token, want, LONG_TTL, expect, got, sent, recv, &what);
+            self.apply_answer(k, token, want, ttl, expect, got, sent, recv, &what);
             return;
         }
         // Queued: the server must count one more waiter (without a timeout race: a short
@@ -252,7 +265,7 @@ impl Driver {
             key: k,
             token: token.clone(),
             want,
-            ttl: LONG_TTL,
+            ttl,
         }));
         self.model.keys[k]
             .lock
@@ -297,7 +310,7 @@ impl Driver {
             holds as i64
         );
         if holds {
-            let granted = self.model.end_hold(k, &token, sent);
+            let granted = self.model.end_hold_and_serve(k, &token, sent);
             self.read_grants(k, granted, sent, "the release");
         }
     }

@@ -53,13 +53,22 @@
 //! `tick` sleeps until every pending deadline is well past (a generous slack) before the
 //! model applies them. The op sequence is a function of the seed and the model only.
 //!
-//! The model itself (plain state, no server) is `tests/common/model.rs`.
+//! The model itself (plain state, no server) is `tests/common/model.rs`; how it serves a
+//! queue whose tokens repeat (one token, one hold) is `queue_rules`.
 //!
-//! `MODEL_SEED=<n>` replays a run; `MODEL_OPS=<n>` changes its length.
+//! A second test, the reachability run (`reachability`, issue #22), drives the same model
+//! with a pool of three tokens shared by many connections on two keys, and after every step
+//! holds the server to itself: each key survives `DUMP`/`RESTORE`, the replica's view and
+//! `DEBUG RELOAD` (`survival`); it also kills granted waiters before their replies
+//! (`withdrawn_grants`).
+//!
+//! `MODEL_SEED=<n>` replays a run (both tests); `MODEL_OPS=<n>` changes the main run's
+//! length, `MODEL_REACH_OPS=<n>` the reachability run's.
 //!
 //! Layout: the driver's state and the test are here; its ops and checks are `lock_commands`,
 //! `waiters`, `keyspace`, `restarts`, `crash`, `checks`, `random_choices` and `run`, with
-//! `counts` (what a run counts) and `raw_connections` (waiter sockets).
+//! `counts` (what a run counts) and `raw_connections` (waiter sockets); the reachability
+//! run's are `reachability`, `survival` and `withdrawn_grants`.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -77,11 +86,15 @@ mod counts;
 mod crash;
 mod keyspace;
 mod lock_commands;
+mod queue_rules;
 mod random_choices;
 mod raw_connections;
+mod reachability;
 mod restarts;
 mod run;
+mod survival;
 mod waiters;
+mod withdrawn_grants;
 
 use std::time::{Duration, Instant};
 
@@ -138,6 +151,28 @@ struct Driver {
     counts: Counts,
     /// Steps since the last crash step (see `CRASH_GAP`).
     steps_since_crash: u64,
+    /// The reachability run's replica and checks (`reachability`); `None` in the main run.
+    reach: Option<reachability::Reach>,
+}
+
+impl Driver {
+    /// A driver of a fresh server (`appendonly yes`) and an empty model.
+    fn new(seed: u64) -> Driver {
+        let server = Server::start(Opts::new().appendonly());
+        let con = server.conn();
+        Driver {
+            server,
+            con,
+            model: Model::new(KEYS.len()),
+            socks: Vec::new(),
+            rng: StdRng::seed_from_u64(seed),
+            seed,
+            log: Vec::new(),
+            counts: Counts::default(),
+            steps_since_crash: 0,
+            reach: None,
+        }
+    }
 }
 
 #[test]
@@ -145,19 +180,7 @@ fn model_agrees_with_the_server() {
     let seed = env_u64("MODEL_SEED", DEFAULT_SEED);
     let ops = env_u64("MODEL_OPS", DEFAULT_OPS);
     println!("model: MODEL_SEED={seed} MODEL_OPS={ops}");
-    let server = Server::start(Opts::new().appendonly());
-    let con = server.conn();
-    let mut d = Driver {
-        server,
-        con,
-        model: Model::new(KEYS.len()),
-        socks: Vec::new(),
-        rng: StdRng::seed_from_u64(seed),
-        seed,
-        log: Vec::new(),
-        counts: Counts::default(),
-        steps_since_crash: 0,
-    };
+    let mut d = Driver::new(seed);
     let t0 = Instant::now();
     for _ in 0..ops {
         d.step();

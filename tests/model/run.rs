@@ -5,6 +5,7 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use crate::common::model::Pending;
+use crate::queue_rules::{How, QueueRules};
 use crate::raw_connections::Reply;
 use crate::{show, Driver, CRASH_GAP, KEYS, SLACK};
 use rand::Rng;
@@ -37,11 +38,12 @@ impl Driver {
                 Some(Pending::LeaseEnd { token, span }) => {
                     self.counts.lease_ends += 1;
                     self.note(format!("  lease of {} on {key} ends", show(&token)));
-                    let granted = self.model.end_hold(k, &token, span.lo);
+                    let granted = self.model.end_hold_and_serve(k, &token, span.lo);
+                    let new = granted.iter().filter(|g| g.how == How::New).count();
                     let left = self.model.keys[k]
                         .lock
                         .as_ref()
-                        .map_or(0, |l| l.holds.len() - granted.len());
+                        .map_or(0, |l| l.holds.len() - new);
                     if left > 0 {
                         self.counts.shared_lease_ends += 1;
                     }
@@ -60,7 +62,7 @@ impl Driver {
                         "waiter w{waiter} should time out with null: {r:?}"
                     );
                     self.socks[waiter] = None;
-                    let (_, granted) = self.model.withdraw(waiter, at);
+                    let (_, granted) = self.model.leave_queue(waiter, at);
                     self.counts.withdraw_grants += granted.len() as u64;
                     self.read_grants(k, granted, at, &format!("w{waiter} timed out"));
                 }

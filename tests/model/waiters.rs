@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::model::{Span, Want};
 use crate::common::parse_info;
+use crate::queue_rules::{Grant, How, QueueRules};
 use crate::raw_connections::Reply;
 use crate::{show, Driver, CONTEND_WAIT_MS, KEYS, SLACK, TOKENS};
 use rand::seq::SliceRandom;
@@ -30,13 +31,20 @@ impl Driver {
     }
 
     /// Reads the grants the model made to `granted` (waiters of `k`, in queue order,
-    /// triggered at `from` by `why`): each a new fence, above the one before.
-    pub(crate) fn read_grants(&mut self, k: usize, granted: Vec<usize>, from: Instant, why: &str) {
+    /// triggered at `from` by `why`): a new hold a new fence, above the one before; a
+    /// renewal or a downgrade the fence its token's hold has (learnt here if the grant that
+    /// made the hold was never told: its client was killed), and the lease of each renewed.
+    pub(crate) fn read_grants(&mut self, k: usize, granted: Vec<Grant>, from: Instant, why: &str) {
         if granted.len() > 1 {
             self.counts.group_grants += 1;
         }
-        for w in granted {
+        for Grant { w, how } in granted {
             self.counts.grants += 1;
+            match how {
+                How::New => {}
+                How::Renewed => self.counts.queue_renewals += 1,
+                How::Downgraded => self.counts.queue_downgrades += 1,
+            }
             let r = self.socks[w]
                 .as_mut()
                 .unwrap()
@@ -45,19 +53,35 @@ impl Driver {
             let mw = self.model.waiters[w].take().unwrap();
             self.socks[w] = None;
             self.note(format!(
-                "  waiter w{w} ({} {}) granted {} after {why} -> {r:?}",
+                "  waiter w{w} ({} {}) granted {} after {why} ({how:?}) -> {r:?}",
                 show(&mw.token),
                 mw.want,
                 KEYS[k]
             ));
             let Some(Reply::Int(f)) = r else {
                 self.fail(&format!(
-                    "waiter w{w} should be granted {} after {why}: {r:?}",
+                    "waiter w{w} should be granted {} after {why} ({how:?}): {r:?}",
                     KEYS[k]
                 ));
             };
-            if let Err(e) = self.model.new_fence(k, f, false) {
-                self.fail(&format!("grant to w{w} after {why}: {e}"));
+            let had = self.model.keys[k]
+                .lock
+                .as_ref()
+                .and_then(|l| l.hold(&mw.token))
+                .map_or(0, |h| h.fence);
+            if had == 0 && how != How::New {
+                self.counts.fences_learnt += 1;
+            }
+            if how != How::New && had != 0 {
+                ensure!(
+                    self,
+                    f == had,
+                    "waiter w{w} ({how:?} after {why}) got fence {f}, expected its token's {had}"
+                );
+            } else if how == How::New || f > self.model.keys[k].last_fence.unwrap_or(0) {
+                if let Err(e) = self.model.new_fence(k, f, false) {
+                    self.fail(&format!("grant to w{w} after {why}: {e}"));
+                }
             }
             let h = self.model.keys[k]
                 .lock
@@ -104,7 +128,7 @@ impl Driver {
         self.counts.disconnect += 1;
         let at = Instant::now();
         self.socks[w] = None;
-        let (mw, granted) = self.model.withdraw(w, at);
+        let (mw, granted) = self.model.leave_queue(w, at);
         let k = mw.key;
         self.note(format!(
             "waiter w{w} ({} {} on {}) disconnects",
