@@ -157,9 +157,9 @@ impl Engine {
                 }
                 Err(AcquireError::Fence(_)) => return Granting::NoFence,
             };
-            if !fresh {
-                self.adopt(db, name.as_slice(), &token);
-            }
+            // A renewal of a hold whose grant a departed waiter left undelivered: nobody was
+            // told of it, and this waiter takes it over (its leaving takes it back).
+            let inherited = !fresh && self.inherit_withdrawal(db, name.as_slice(), &token);
             let state = if verbatim {
                 Propagation::Verbatim
             } else {
@@ -167,7 +167,8 @@ impl Engine {
             };
             self.changed(ctx, name, lock, state, *indexed, now, Event::Granted);
             *indexed = Some(lock.deadline());
-            if let Some((handle, id)) = self.waiters.grant_head(db, name.as_slice(), fence, fresh) {
+            let untold = fresh || inherited;
+            if let Some((handle, id)) = self.waiters.grant_head(db, name.as_slice(), fence, untold) {
                 blocked::wake(handle, id);
             }
             granted = true;
@@ -177,6 +178,15 @@ impl Engine {
         } else {
             Granting::Nobody
         }
+    }
+
+    /// Drops the pending withdrawal of `token`'s grant at (db, key), if there is one: true
+    /// if there was.
+    fn inherit_withdrawal(&mut self, db: i32, key: &[u8], token: &[u8]) -> bool {
+        let before = self.withdrawals.len();
+        self.withdrawals
+            .retain(|w| !(w.db == db && &*w.key == key && &*w.token == token));
+        self.withdrawals.len() < before
     }
 
     /// A request of `token` other than a waiter's grant was told it holds the lock at

@@ -49,9 +49,9 @@ pub struct Waiter<H> {
     /// Monotonic microseconds at which the wait times out; `None` waits without limit.
     pub timeout_at: Option<u64>,
     state: State,
-    /// Its grant made a hold that nobody else has been told of: if it leaves before its
-    /// reply goes out, the hold is taken back. False for a renewal of a hold its token
-    /// already had, and once another request of the same token is told of the hold.
+    /// Nobody has been told of the hold it was granted: no client of a direct request, no
+    /// waiter whose reply went out. If it leaves before its own reply goes out, and no other
+    /// granted waiter of its token is still to be told, the hold is taken back.
     owns_grant: bool,
 }
 
@@ -196,31 +196,48 @@ impl<H: Copy + Eq + Hash> Registry<H> {
     }
 
     /// The head of (db, key)'s queue was granted the lock under `fence`: its handle and id,
-    /// for the engine to wake it. `fresh`: the grant made a new hold, rather than renewing
-    /// one its token already had (see [`Registry::adopt`]).
+    /// for the engine to wake it. `untold`: nobody has been told of the hold (a new hold;
+    /// or a renewal of one whose grant a departed waiter left undelivered); a renewal of a
+    /// hold granted to another waiter still to be told is untold as long as that one's is.
     pub fn grant_head(
         &mut self,
         db: i32,
         key: &[u8],
         fence: u64,
-        fresh: bool,
+        untold: bool,
     ) -> Option<(H, WaiterId)> {
+        let q = self.queue(db, key)?;
+        let id = *q.queued.front()?;
+        let token = &self.waiters.get(&id)?.token;
+        let untold = untold || self.pending_owner(q, token, id);
         let q = self.queue_mut(db, key)?;
-        let id = q.queued.pop_front()?;
+        q.queued.pop_front();
         q.granted.push(id);
         self.queued -= 1;
         let w = self.waiters.get_mut(&id)?;
         w.state = State::Answered(Reply::Granted(fence));
-        w.owns_grant = fresh;
+        w.owns_grant = untold;
         if let Some(at) = w.timeout_at {
             self.timeouts.remove(&(at, id));
         }
         Some((w.handle, id))
     }
 
-    /// Another request of `token` was told it holds the lock at (db, key) (a renewal, an
-    /// extend): a grant to `token` there whose reply has not gone out is no longer that
-    /// waiter's alone, and is not taken back if it leaves.
+    /// Whether a granted waiter of `token` in `q` other than `except` is still to be told
+    /// of a hold nobody has been told of.
+    fn pending_owner(&self, q: &Queue, token: &[u8], except: WaiterId) -> bool {
+        q.granted.iter().any(|id| {
+            *id != except
+                && self
+                    .waiters
+                    .get(id)
+                    .is_some_and(|w| w.owns_grant && &*w.token == token)
+        })
+    }
+
+    /// A client was told `token` holds the lock at (db, key): by a direct request (a
+    /// renewal, an extend) or a waiter's reply. A grant to `token` there whose reply has
+    /// not gone out is no longer taken back if its waiter leaves.
     pub fn adopt(&mut self, db: i32, key: &[u8], token: &[u8]) {
         let Some(q) = self.queue(db, key) else {
             return;
@@ -330,7 +347,12 @@ impl<H: Copy + Eq + Hash> Registry<H> {
     pub fn deliver(&mut self, id: WaiterId) -> Option<Reply> {
         let w = self.forget(id)?;
         match w.state {
-            State::Answered(reply) => Some(reply),
+            State::Answered(reply) => {
+                if matches!(reply, Reply::Granted(_)) {
+                    self.adopt(w.db, &w.key, &w.token);
+                }
+                Some(reply)
+            }
             State::Queued => None,
         }
     }
@@ -344,12 +366,17 @@ impl<H: Copy + Eq + Hash> Registry<H> {
     /// of its queue and forgotten; how it stood.
     pub fn leave(&mut self, id: WaiterId) -> Option<Left> {
         let w = self.forget(id)?;
+        // Another granted waiter of the token still to be told takes the hold over.
+        let taken_over = w.owns_grant
+            && self
+                .queue(w.db, &w.key)
+                .is_some_and(|q| self.pending_owner(q, &w.token, id));
         Some(match w.state {
             State::Queued => {
                 self.queued -= 1;
                 Left::Queued
             }
-            State::Answered(Reply::Granted(fence)) if w.owns_grant => Left::Granted {
+            State::Answered(Reply::Granted(fence)) if w.owns_grant && !taken_over => Left::Granted {
                 db: w.db,
                 key: w.key,
                 token: w.token,

@@ -1,8 +1,8 @@
-//! One token, one hold (README, `LOCK.ACQUIRE`: the same token asking again renews its hold
-//! under the same fence), however the second request arrives: queued twice from two
-//! connections (a retry from a pool), queued behind its own grant, after a downgrade, or
-//! with the first grant taken back because its client left. Each state must also save,
-//! restore, reload and replicate: a lock with one token twice was refused by the loader.
+//! One token, one hold (docs/commands.md, `LOCK.ACQUIRE`: the same token asking again renews its
+//! hold under the same fence), however the second request arrives: queued twice from two
+//! connections (a retry from a pool), queued behind its own grant, after a downgrade, or with the
+//! first grant taken back because its client left. Each state must also save, restore, reload and
+//! replicate: a lock with one token twice was refused by the loader.
 
 use std::time::{Duration, Instant};
 
@@ -122,6 +122,18 @@ fn a_withdrawn_grant_of_a_repeated_token_stays_with_the_other_request() {
         "a's undelivered grant was not taken back: {:?}",
         holders(&mut c, "j")
     );
+    survives_everywhere(&replica, &mut c);
+
+    // Both requests of one token leave before either is told: nobody holds the hold, so it
+    // is taken back, and the waiter behind them gets the lock.
+    exclusive(&mut c, "i", "x", TTL);
+    let one = Pending::join(&master, "i", "a", TTL, &opts);
+    let two = Pending::join(&master, "i", "a", TTL, &opts);
+    let next = Pending::join(&master, "i", "z", TTL, &["WAIT", "5000"]);
+    let kill = |p: &Pending| format!("CLIENT KILL ID {}", p.id);
+    transaction(&mut c, &["LOCK.RELEASE i x", &kill(&one), &kill(&two)]);
+    next.granted_within(AT_ONCE, "z, once both of a's grants were taken back");
+    assert_eq!(tokens(&holds(&mut c, "i")), ["z"]);
     survives_everywhere(&replica, &mut c);
 }
 

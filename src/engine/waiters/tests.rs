@@ -175,3 +175,24 @@ fn a_grant_another_request_was_told_of_is_not_taken_back() {
     ));
     assert!(r.is_empty());
 }
+
+#[test]
+fn the_last_untold_grant_of_a_token_to_leave_takes_the_hold_back() {
+    let mut r = registry();
+    let same = |r: &mut Registry<u32>, handle: u32| {
+        r.enqueue(handle, 0, b"k", (b"a", 100, Want::EXCLUSIVE), None)
+    };
+    // Two requests of one token: a new hold, then its renewal, neither told yet.
+    let (first, second) = (same(&mut r, 1), same(&mut r, 2));
+    r.grant_head(0, b"k", 7, true);
+    r.grant_head(0, b"k", 7, false);
+    assert_eq!(r.leave(first), Some(Left::Answered), "the second still to be told");
+    assert!(matches!(r.leave(second), Some(Left::Granted { fence: 7, .. })));
+    // Once one of them is told, neither takes the hold back.
+    let (first, second) = (same(&mut r, 3), same(&mut r, 4));
+    r.grant_head(0, b"k", 8, true);
+    r.grant_head(0, b"k", 8, false);
+    assert_eq!(r.deliver(first), Some(Reply::Granted(8)));
+    assert_eq!(r.leave(second), Some(Left::Answered));
+    assert!(r.is_empty());
+}
