@@ -5,7 +5,8 @@
 //! tests' harness `tests/common/server.rs`, `--save ""`, no AOF, the module from
 //! `target/release/libredis_lock.so` — build it first with `cargo build --release`; `cargo
 //! bench` does not rebuild the cdylib — or from `$REDIS_LOCK_MODULE`, and `$REDIS_SERVER`
-//! for another server binary, as in the tests). Workload 10 starts servers of its own.
+//! for another server binary, as in the tests). Workloads 10 and 11 start servers of their
+//! own.
 //!
 //! ## Workloads (each against its baselines, with the same number of connections)
 //!
@@ -79,13 +80,29 @@
 //!     printed beside. Reports ops/s, server CPU/op and the bytes each cycle adds to the AOF
 //!     (`aof_current_size`) or to the replication stream (`master_repl_offset`) over the
 //!     measurement windows.
+//! 11. **Many holds** [`many-holds`] (issue 22), on servers of its own: 11a, the stall of
+//!     50,000 shared leases on one key ending at one instant, on a fresh server each round:
+//!     50,000 × `LOCK.ACQUIRE k h<i> <long ttl> SHARED`, then `MULTI`, 50,000 ×
+//!     `LOCK.EXTEND k h<i> 3000`, `EXEC` (a transaction reads the clock once, so the
+//!     deadlines are equal; acquiring them inside it is not possible: a transaction gets at
+//!     most 16,384 fences). From 50 ms before the deadline a second connection sends `PING`
+//!     (with `EXISTS k` pipelined behind it) one round trip after another until the key is
+//!     gone: the worst round trip and the p99 of those that end from 1 ms before the deadline
+//!     on (from `LOCK.INFO`'s ttl, ±1 ms), the worst before it (the machine alone), the time
+//!     from the deadline to the key gone; 3 rounds, median and worst. 11b, one command on a
+//!     key with 1, 1,000 and 50,000 holds (long leases), one connection, no pipelining:
+//!     `LOCK.ACQUIRE k t ttl SHARED` + `LOCK.RELEASE k t` with a fresh token, and
+//!     `LOCK.EXTEND` of a holder, in µs per op at the client, in server CPU and in the
+//!     server's own time in the commands (`INFO commandstats`), against 1 hold by paired
+//!     rounds (3, the counts interleaved). 11a's lease is longer if 11b's load of 50,000
+//!     holds took over a second (an older build).
 //!
 //! ## How to read the output
 //!
-//! - An *op* is what the row names: a whole cycle (acquire + release) in 1, 2, 6b, 8 and 10,
-//!   one command in 3 and 7. A batch of 16 is one pipelined round trip per step (16
-//!   acquires, then 16 releases); a batch of 1 is one command per round trip, so a cycle
-//!   there is two round trips.
+//! - An *op* is what the row names: a whole cycle (acquire + release) in 1, 2, 6b, 8, 10 and
+//!   11b, one command in 3, 7 and 11b's `LOCK.EXTEND`. A batch of 16 is one pipelined round
+//!   trip per step (16 acquires, then 16 releases); a batch of 1 is one command per round
+//!   trip, so a cycle there is two round trips.
 //! - The pipelined phases (1–3, 6b, 7, 8, 10) read replies with a small RESP scanner over the
 //!   socket (`resp.rs`) that finds each reply's end and checks its type and first line (a
 //!   fence, `OK`, 1, a 12-element `LOCK.INFO` array, a bulk string) without building values,
@@ -112,8 +129,8 @@
 //! - In 4 and 9 a wait runs from a client's first try to its grant; the max wait includes
 //!   waits cut off by the end of the run.
 //! - At the end: the targets of issue #14 (with issue 4's for the Lua, fenced and
-//!   `LOCK.ACQUIRE` comparisons, and the exclusion checks of issues 4 and 13), each with its
-//!   [lowest–highest round]; then a summary table in Markdown (workload | measured | vs
+//!   `LOCK.ACQUIRE` comparisons, the exclusion checks of issues 4 and 13, and issue 22's for
+//!   many holds), each with its [lowest–highest round]; then a summary table in Markdown (workload | measured | vs
 //!   baseline [spread]) for the README, with the machine and the command.
 //! - Everything is also written to `bench-results.json` at the crate root (or `$BENCH_JSON`).
 //!
@@ -143,8 +160,10 @@ mod clients;
 mod conn;
 mod contended;
 mod guard;
+mod hold_cost;
 mod lease_end;
 mod machine;
+mod many_holds;
 mod memory;
 mod paired;
 mod plan;
@@ -170,8 +189,10 @@ use clients::*;
 use conn::*;
 use contended::*;
 use guard::*;
+use hold_cost::*;
 use lease_end::*;
 use machine::*;
+use many_holds::*;
 use memory::*;
 use paired::*;
 use plan::*;
@@ -189,7 +210,7 @@ use uncontended::*;
 use workload::*;
 
 /// Every workload by the name `BENCH_ONLY` knows it by, in the order of a full run.
-const WORKLOADS: [(&str, Runner); 12] = [
+const WORKLOADS: [(&str, Runner); 13] = [
     ("cycle", run_cycle),
     ("fenced", run_fenced),
     ("single", run_single),
@@ -202,6 +223,7 @@ const WORKLOADS: [(&str, Runner); 12] = [
     ("shared", run_shared),
     ("semaphore", run_semaphore),
     ("settings", run_settings),
+    ("many-holds", run_many_holds),
 ];
 
 fn main() {

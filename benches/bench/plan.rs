@@ -43,6 +43,26 @@ pub(crate) const MANY_HELD: usize = 1_000_000;
 /// Commands per pipeline when loading held locks.
 pub(crate) const LOAD_BATCH: usize = 1_000;
 
+/// Workload 11 (issue 22): shared holds on one key (11a: whose leases end at one instant;
+/// 11b: the most holds a command is timed among, after 1 and `FEW_HELD`).
+pub(crate) const MANY_HOLDS: usize = 50_000;
+/// 11a's lease, unless loading that many holds took 11b so long that `EXEC` could come near
+/// it (then twice that load, plus a second).
+pub(crate) const STALL_TTL_MS: u64 = 3_000;
+pub(crate) const STALL_ROUNDS: usize = 3;
+/// How long before the deadline the `PING`s start.
+pub(crate) const STALL_LEAD: Duration = Duration::from_millis(50);
+/// Round trips that end from this long before the estimated deadline on (it is known to
+/// about a millisecond) may have waited for the sweep.
+pub(crate) const STALL_SLACK: Duration = Duration::from_millis(1);
+/// A key still there this long after its leases' deadline fails the run.
+pub(crate) const STALL_GIVE_UP: Duration = Duration::from_secs(60);
+/// Issue 22: no turn of the event loop longer than a few ms however many holds end.
+pub(crate) const STALL_GOAL_MS: f64 = 5.0;
+/// Issue 22: a command on a key with many holds costs O(log H): at 50,000 holds at most this
+/// many times its cost at 1 (the O(H) release before was at about 230× on the bench VM).
+pub(crate) const COST_GOAL: f64 = 2.0;
+
 pub(crate) const LUA_RELEASE: &str =
     "if redis.call('get',KEYS[1])==ARGV[1] then return redis.call('del',KEYS[1]) else return 0 end";
 pub(crate) const LUA_FENCED_ACQUIRE: &str =
@@ -72,6 +92,7 @@ pub(crate) struct Plan {
     pub(crate) mem_locks: usize,
     pub(crate) few_held: usize,
     pub(crate) many_held: usize,
+    pub(crate) many_holds: usize,
 }
 
 impl Plan {
@@ -103,6 +124,7 @@ impl Plan {
             mem_locks: MEM_LOCKS / div as usize,
             few_held: FEW_HELD,
             many_held: MANY_HELD / div as usize,
+            many_holds: MANY_HOLDS / div as usize,
         }
     }
 
