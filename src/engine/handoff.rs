@@ -168,7 +168,8 @@ impl Engine {
             self.changed(ctx, name, lock, state, *indexed, now, Event::Granted);
             *indexed = Some(lock.deadline());
             let untold = fresh || inherited;
-            if let Some((handle, id)) = self.waiters.grant_head(db, name.as_slice(), fence, untold) {
+            if let Some((handle, id)) = self.waiters.grant_head(db, name.as_slice(), fence, untold)
+            {
                 blocked::wake(handle, id);
             }
             granted = true;

@@ -376,12 +376,14 @@ impl<H: Copy + Eq + Hash> Registry<H> {
                 self.queued -= 1;
                 Left::Queued
             }
-            State::Answered(Reply::Granted(fence)) if w.owns_grant && !taken_over => Left::Granted {
-                db: w.db,
-                key: w.key,
-                token: w.token,
-                fence,
-            },
+            State::Answered(Reply::Granted(fence)) if w.owns_grant && !taken_over => {
+                Left::Granted {
+                    db: w.db,
+                    key: w.key,
+                    token: w.token,
+                    fence,
+                }
+            }
             State::Answered(_) => Left::Answered,
         })
     }

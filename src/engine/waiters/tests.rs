@@ -186,8 +186,15 @@ fn the_last_untold_grant_of_a_token_to_leave_takes_the_hold_back() {
     let (first, second) = (same(&mut r, 1), same(&mut r, 2));
     r.grant_head(0, b"k", 7, true);
     r.grant_head(0, b"k", 7, false);
-    assert_eq!(r.leave(first), Some(Left::Answered), "the second still to be told");
-    assert!(matches!(r.leave(second), Some(Left::Granted { fence: 7, .. })));
+    assert_eq!(
+        r.leave(first),
+        Some(Left::Answered),
+        "the second still to be told"
+    );
+    assert!(matches!(
+        r.leave(second),
+        Some(Left::Granted { fence: 7, .. })
+    ));
     // Once one of them is told, neither takes the hold back.
     let (first, second) = (same(&mut r, 3), same(&mut r, 4));
     r.grant_head(0, b"k", 8, true);
