@@ -1,8 +1,8 @@
-//! The two clocks of the module. Leases and waits run on the monotonic clock, so that a step
-//! of the wall clock neither ends them early nor stretches them (README guarantee 2). The wall
-//! clock appears only where a deadline leaves the process (RDB, AOF and replication carry
-//! absolute Unix-millisecond deadlines, converted back to monotonic ones when read) and in
-//! the floor under fences.
+//! The two clocks of the module. Leases and waits run on the monotonic clock, so that a step of the
+//! wall clock neither ends them early nor stretches them (docs/guarantees.md, guarantee 2). The
+//! wall clock appears only where a deadline leaves the process (RDB, AOF and replication carry
+//! absolute Unix-millisecond deadlines, converted back to monotonic ones when read) and in the
+//! floor under fences.
 //!
 //! Each command reads the monotonic clock once. The wall clock is derived from it, through
 //! the offset between the two that the cron re-reads ten times a second: a clock read costs

@@ -6,7 +6,8 @@
 //! every new fence, on an old key or a fresh one, is above every fence the old master issued;
 //! and the waiters of the old master got an error or a closed connection instead of hanging.
 //!
-//! A lock taken without `WAIT 1` may be lost when the master dies (README, "Honest limits"):
+//! A lock taken without `WAIT 1` may be lost when the master dies (docs/guarantees.md, "Honest
+//! limits"):
 //! the test does not assert that it survives, only that if it does it is exact, and that if
 //! it is lost the next holder's fence is still above it.
 

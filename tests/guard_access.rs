@@ -1,5 +1,6 @@
-//! `LOCK.GUARD` and what checks or wraps its inner command (README, `LOCK.GUARD` and The
-//! server around a lock): the inner command is checked as if the caller had sent it.
+//! `LOCK.GUARD` and what checks or wraps its inner command (docs/commands.md, `LOCK.GUARD`, and
+//! docs/operations.md, The server around a lock): the inner command is checked as if the caller had
+//! sent it.
 //!
 //! 1. ACL command permissions and key patterns (for the inner keys and the lock key; `%R~`
 //!    keys may be read and not written through the guard).
@@ -237,10 +238,10 @@ fn command_getkeys_declares_the_lock_key_and_the_inner_keys() {
     assert_eq!(getkeys(&mut con, &["RENAME", "x", "y"]), ["lk", "x", "y"]);
     assert_eq!(getkeys(&mut con, &["PING"]), ["lk"]);
 
-    // The lock key is only read (RO, access). Each inner key carries the flags the server's
-    // key lookup for modules gives (README, LOCK.GUARD): the command's own where it has a
-    // key-finding function (SET), none otherwise — the guarded command's own ACL check then
-    // applies the exact read/write rules (tested with `%R~` in the ACL test).
+    // The lock key is only read (RO, access). Each inner key carries the flags the server's key
+    // lookup for modules gives (docs/operations.md, `LOCK.GUARD` and the server): the command's own
+    // where it has a key-finding function (SET), none otherwise — the guarded command's own ACL
+    // check then applies the exact read/write rules (tested with `%R~` in the ACL test).
     let mut problems = Findings::default();
     for inner in [
         &["SET", "x", "v"][..],

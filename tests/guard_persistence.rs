@@ -1,5 +1,5 @@
-//! `LOCK.GUARD` and propagation (README, The server around a lock): only the inner command's
-//! effects reach the AOF and replicas, as if the client had sent the command alone.
+//! `LOCK.GUARD` and propagation (docs/operations.md, The server around a lock): only the inner
+//! command's effects reach the AOF and replicas, as if the client had sent the command alone.
 //!
 //! 1. The AOF holds the inner commands and never `LOCK.GUARD`; a refused guard adds nothing;
 //!    the data comes back after a restart from the AOF and after `DEBUG RELOAD`.

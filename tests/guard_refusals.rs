@@ -1,4 +1,5 @@
-//! `LOCK.GUARD key fence command [arg ...]` refused (README, `LOCK.GUARD` and Errors): every
+//! `LOCK.GUARD key fence command [arg ...]` refused (docs/commands.md, `LOCK.GUARD` and
+//! Errors): every
 //! refusal and its error, in the order they are checked (arity, fence, the inner command, the
 //! key's type, the fence itself). Each refused call changes nothing and counts only where
 //! `INFO lock` says (`lock_guarded_refusals` for `FENCED` replies).
@@ -499,7 +500,7 @@ fn inner_commands_that_cannot_be_guarded_are_refused_before_the_fence() {
     assert_eq!(r, vec![Ok(Value::Okay)], "a refused WATCH must not watch");
 }
 
-/// A container command is judged by its subcommand (README, `LOCK.GUARD`): `CONFIG SET`,
+/// A container command is judged by its subcommand (docs/commands.md, `LOCK.GUARD`): `CONFIG SET`,
 /// `CLIENT KILL`, `ACL SETUSER` and `SCRIPT FLUSH` are kept from scripts, so they cannot be
 /// guarded, with a current fence and with a stale one alike, and none of them does anything
 /// (the setting, the connection, the user and the script are all still there). `OBJECT

@@ -1,4 +1,5 @@
-//! `LOCK.GUARD key fence command [arg ...]` under the current fence (README, `LOCK.GUARD`):
+//! `LOCK.GUARD key fence command [arg ...]` under the current fence (docs/commands.md,
+//! `LOCK.GUARD`):
 //! the inner command runs, and its reply, or its own error, is passed through unchanged, in
 //! the caller's protocol.
 //!

@@ -1,5 +1,5 @@
-//! `LOCK.GUARD` under the server's rules (README, The server around a lock, and
-//! Observability):
+//! `LOCK.GUARD` under the server's rules (docs/operations.md, The server around a lock,
+//! and Observability):
 //!
 //! 1. Over `maxmemory`, only `deny-oom` inner commands are refused, with the server's `OOM`;
 //!    a stale fence is still `FENCED`.

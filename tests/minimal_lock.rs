@@ -1,4 +1,4 @@
-//! The bench's module floor (`tests/support/minimal_lock.c`, README, Performance) is a lock:
+//! The bench's module floor (`tests/support/minimal_lock.c`, docs/performance.md) is a lock:
 //! a comparison with something that locks nothing would flatter the module floor. Its
 //! acquire takes a free key and no other, replies a 16-digit fence that grows, and leaves
 //! the key's TTL as the lease; its release removes the key only for the holder's token; and

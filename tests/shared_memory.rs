@@ -1,4 +1,4 @@
-//! What shared holds cost in the server's memory (README, *Shared holds*): a key with one
+//! What shared holds cost in the server's memory (docs/commands.md, *Shared holds*): a key with one
 //! shared holder costs no more than an exclusive lock, and each further holder at most 64
 //! bytes plus its token. Measured as `used_memory`, which counts what the allocator hands
 //! out (size classes included), over thousands of keys or holds so that one-off allocations

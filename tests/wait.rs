@@ -1,5 +1,6 @@
-//! `LOCK.ACQUIRE … WAIT`: the FIFO queue and its hand-offs (README guarantee 3), against a real
-//! server. Waiters are plain sockets, so that a test controls exactly when each one joins.
+//! `LOCK.ACQUIRE … WAIT`: the FIFO queue and its hand-offs (docs/guarantees.md, guarantee 3),
+//! against a real server. Waiters are plain sockets, so that a test controls exactly when each one
+//! joins.
 
 mod common;
 

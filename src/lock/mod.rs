@@ -1,8 +1,8 @@
 //! The lock itself: a pure state machine over one key's holds, their leases and fences. It
 //! knows nothing of Redis; every operation takes the time as an argument, so that the rules
-//! of the README can be tested here without a server and reused as a model of one.
+//! of docs/commands.md can be tested here without a server and reused as a model of one.
 //!
-//! A lock is held exclusively by one token, or shared by any number (see the README's
+//! A lock is held exclusively by one token, or shared by any number (see docs/commands.md,
 //! *Shared holds*). Each hold has its own token, lease deadline and fence. A `Lock` value
 //! always records at least one hold: the first, in grant order, lives inside the value (its
 //! token beside the key's name), the rest in a vector behind it, so an exclusive lock or a
@@ -134,7 +134,7 @@ pub struct Info<'a> {
     pub holders: usize,
 }
 
-/// Why `LOCK.GUARD` refuses to run its command (see the README's *Guarded writes*).
+/// Why `LOCK.GUARD` refuses to run its command (see docs/commands.md, `LOCK.GUARD`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fenced {
     /// Nobody holds the lock: its lease ended, or it was released.

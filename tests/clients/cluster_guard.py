@@ -12,7 +12,8 @@ fence is refused; keys in two slots are refused by RedisCluster and, sent to a n
 by the server (CROSSSLOT).
 
 Run by tests/clients/ as `python cluster_guard.py <port of any node>`, with flow.py beside it
-(its `guarded` helper is the one docs/CLIENTS.md shows); exits non-zero on the first failure.
+(its raw `guarded` helper); exits non-zero on the first failure. docs/CLIENTS.md, "Guarded
+writes in a cluster", says what this checks.
 """
 
 import sys

@@ -1,11 +1,13 @@
 """The redis-lock flow from redis-py: acquire -> fence -> guarded writes -> extend -> info ->
 release, and a blocking LOCK.ACQUIRE ... WAIT on a second connection that is granted on release.
 
-Also the recommended client-side pattern that docs/CLIENTS.md shows (with_lock, FencedStore,
-and guarded writes through LOCK.GUARD with its `guarded` helper), and its read-write lock and
-semaphore recipes (held, read_lock, write_lock, permit) with the README's uses of them: two
-readers hold together while a writer waits for both, and a reader after the writer waits for
-it; a semaphore of 2 permits whose third caller waits until one is released.
+Also the recommended client-side pattern in raw commands (with_lock, FencedStore, and guarded
+writes through LOCK.GUARD with a `guarded` helper), and read-write lock and semaphore recipes
+(held, read_lock, write_lock, permit) with uses of them: two readers hold together while a
+writer waits for both, and a reader after the writer waits for it; a semaphore of 2 permits
+whose third caller waits until one is released. These are the tests' own helpers: for Python,
+docs/CLIENTS.md shows the client library (clients/python), whose keep-alive, unlike
+with_lock's here, also treats an extend's error and the lease's end as a loss.
 
 Run by tests/clients/ as `python flow.py <port> [flow|pattern|shared|all]` in a venv with
 tests/clients/requirements.txt; exits non-zero (an AssertionError) on the first failure.
@@ -131,7 +133,7 @@ def flow(port, protocol):
         b.close()
 
 
-# --- The recommended pattern, as docs/CLIENTS.md shows it ---------------------------------
+# --- The recommended pattern, in raw commands -----------------------------------------------
 
 
 def with_lock(r, key, ttl_ms, work, wait_ms=5000):
@@ -245,7 +247,7 @@ def pattern(port):
         r.close()
 
 
-# --- Read-write locks and semaphores, as docs/CLIENTS.md shows them ------------------------
+# --- Read-write locks and semaphores, in raw commands --------------------------------------
 
 
 @contextlib.contextmanager

@@ -1,11 +1,14 @@
-//! ioredis: `npm ci` into tests/clients/node, and the flows of its flow.js.
+//! ioredis: `npm ci` into tests/clients/node, and the flows of its flow.js (the recipes
+//! docs/CLIENTS.md shows for Node.js among them, with their keep-alive's losses).
 
 use std::fs;
 use std::path::PathBuf;
 use std::process::Command;
 
 use crate::common::Server;
-use crate::lock_counters::{assert_flow_counts, assert_pattern_counts, assert_shared_counts};
+use crate::lock_counters::{
+    assert_flow_counts, assert_pattern_counts, assert_shared_counts, lock_counters,
+};
 use crate::processes::{
     file_hash, manifest_dir, note, run_bounded, runtime, FLOW_TIMEOUT, INSTALL_TIMEOUT,
 };
@@ -61,4 +64,33 @@ fn ioredis_flow() {
     let out = run(&server, "shared");
     assert!(out.contains(" shared: ok (readers"), "{out}");
     assert_shared_counts(&server, 1);
+    let server = Server::new();
+    let out = run(&server, "loss");
+    assert!(out.contains(" loss: ok (deleted: lost in"), "{out}");
+    assert_loss_counts(&server);
+}
+
+/// What the server counted for the keep-alive's losses (`withLock` in flow.js `loss`): four
+/// holds taken at once (a holder that makes the first `withLock` wait, and the three that are
+/// lost), one grant after a wait; the first holder's and the waiter's releases, the refused
+/// extender's (the server still held it) and the paused holder's end (its release or its
+/// lease end); the deleted lock's release answered 0; nothing left held.
+#[track_caller]
+fn assert_loss_counts(server: &Server) {
+    let (text, f) = lock_counters(server);
+    for (name, want) in [
+        ("held", 0),
+        ("waiting_clients", 0),
+        ("acquires", 4),
+        ("contended_acquires", 1),
+        ("grants", 1),
+        ("wait_timeouts", 0),
+    ] {
+        assert_eq!(f[name], want, "lock_{name} after the losses:\n{text}");
+    }
+    assert_eq!(
+        f["releases"] + f["lease_ends"],
+        4,
+        "each of those holds ends once:\n{text}"
+    );
 }

@@ -5,13 +5,16 @@
 //! `LOCK.INFO`, releases, and has a second connection blocked in `LOCK.ACQUIRE … WAIT` that is
 //! granted (with a larger fence) on release.
 //!
-//! The guarded-write helpers the flows run are the ones `docs/CLIENTS.md` shows, character for
-//! character (`docs_code_blocks::docs_guarded_helpers_are_the_ones_the_flows_run`), and redis-py's
-//! `RedisCluster` runs them against a three-master cluster (`redis_py_cluster_guard`).
+//! Every flow also runs guarded-write helpers, and redis-py's `RedisCluster` runs its helper
+//! against a three-master cluster (`redis_py_cluster_guard`). For the languages without a
+//! client library, the helpers are the ones `docs/CLIENTS.md` shows, character for character
+//! (`docs_code_blocks`): ioredis's (`node/flow.js`, with `withLock` and its keep-alive, whose
+//! losses the `loss` flow checks) and the shell's (`guarded.sh`, `shared.sh`). The redis-py and
+//! redis-rs helpers (`flow.py`, `redis_rs.rs`) are raw-command ones of the tests' own: the
+//! docs show the client libraries (`clients/`) for those languages.
 //!
-//! Shared holds: every client runs the read-write lock and semaphore recipes of
-//! `docs/CLIENTS.md` (and the README's uses of them), checked to be the code shown
-//! (`docs_code_blocks::docs_shared_recipes_are_the_ones_the_flows_run`): two readers hold the lock together
+//! Shared holds: every client runs read-write lock and semaphore recipes (the Node.js and shell
+//! ones checked to be the code `docs/CLIENTS.md` shows): two readers hold the lock together
 //! while a writer waits for both and a reader after the writer waits for it (each granted
 //! within `shared_hold_checks::GRANT_WITHIN` of the release before it), the writer's guarded write lands and a
 //! reader's fence is refused; three callers of a 2-permit semaphore, the third granted when
@@ -26,9 +29,9 @@
 //! missing fails, naming what to install: a test that passes without having run would hide
 //! that the flow was never checked.
 //!
-//! By client: `redis_cli`, `redis_cli_shared_holds`, `redis_py`, `ioredis` and `redis_rs` (the
-//! redis-rs code docs/CLIENTS.md shows, its flows under it); `docs_code_blocks` checks the pages
-//! against them; `processes`, `lock_counters` and `shared_hold_checks` serve them all.
+//! By client: `redis_cli`, `redis_cli_shared_holds`, `redis_py`, `ioredis` and `redis_rs` (raw
+//! redis-rs helpers, its flows under it); `docs_code_blocks` checks docs/CLIENTS.md against
+//! them; `processes`, `lock_counters` and `shared_hold_checks` serve them all.
 
 #[path = "../common/mod.rs"]
 mod common;

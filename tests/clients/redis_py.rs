@@ -160,8 +160,9 @@ fn small_cluster() -> Vec<Server> {
 }
 
 /// redis-py's `RedisCluster` routes `LOCK.GUARD` by the keys `COMMAND GETKEYS` names, straight
-/// to the master of a hash tag's slot, and the `guarded` helper of docs/CLIENTS.md works
-/// through it unchanged: `tests/clients/cluster_guard.py` acquires `{order:42}:lock`, writes
+/// to the master of a hash tag's slot (docs/CLIENTS.md, *Guarded writes in a cluster*), and
+/// the raw `guarded` helper of tests/clients/flow.py works through it unchanged:
+/// `tests/clients/cluster_guard.py` acquires `{order:42}:lock`, writes
 /// `{order:42}:data` under the fence (checked on the owning master, and on the others that it
 /// is not there), is refused under a stale fence, and finds keys of two slots refused by
 /// `RedisCluster` and by the server (`CROSSSLOT`).

@@ -1,7 +1,9 @@
-//! redis-rs: the code docs/CLIENTS.md shows (`Guarded` and `guarded`, `with_lock`, the `Hold`
-//! guard with `read_lock`, `write_lock` and `permit`). `docs_code_blocks` finds it in this file
-//! character for character, so it stays private, as shown, and the tests that use it are the
-//! submodules under it (which see their parent's private items).
+//! redis-rs: raw-command helpers (`Guarded` and `guarded`, `with_lock`, the `Hold` guard with
+//! `read_lock`, `write_lock` and `permit`), private to this file, and the tests that use them in
+//! the submodules under it (which see their parent's private items). For Rust, docs/CLIENTS.md
+//! shows the client library (clients/rust) instead; these helpers were its raw recipes before
+//! it, and `with_lock`'s keep-alive, unlike the library's, does not treat an extend's error or
+//! the lease's end as a loss.
 
 mod flow;
 mod pattern;
@@ -12,7 +14,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
-// --- The recommended pattern, as docs/CLIENTS.md shows it ------------------------------------
+// --- The recommended pattern, in raw commands ------------------------------------------------
 
 /// What a guarded command came to.
 #[derive(Debug, PartialEq)]
@@ -98,7 +100,7 @@ fn with_lock<T>(
     result.map(Some)
 }
 
-// --- Read-write locks and semaphores, as docs/CLIENTS.md shows them --------------------------
+// --- Read-write locks and semaphores, in raw commands ----------------------------------------
 
 /// One hold of a lock, on a connection of its own; released when dropped, however the work
 /// under it ends.

@@ -1,4 +1,4 @@
-//! Each lock command's row of the README, one section per command: what `LOCK.ACQUIRE`,
+//! Each lock command's row of docs/commands.md, one section per command: what `LOCK.ACQUIRE`,
 //! `LOCK.RELEASE`, `LOCK.EXTEND`, `LOCK.FENCE` and `LOCK.INFO` do for the holder and for
 //! anyone else, and how a lease ends on its own.
 

@@ -1,4 +1,5 @@
-//! Every command row, reply shape and bad-input class of the README, against a real server.
+//! Every command row, reply shape and bad-input class of docs/commands.md, against a real
+//! server.
 //!
 //! The tests, by concern: `lock_commands` (each `LOCK.*` command's row, and lease end),
 //! `reply_shapes` (RESP2/RESP3 replies, byte-exact), `bad_input` (`WRONGTYPE` and refused

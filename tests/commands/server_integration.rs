@@ -225,7 +225,8 @@ fn command_info_flags_and_key_positions() {
         ("lock.extend", without_oom, false),
         ("lock.fence", without_oom, false),
         ("lock.info", &["readonly", "fast"][..], false),
-        // Not denyoom: the guarded command's own flag decides (README, LOCK.GUARD).
+        // Not denyoom: the guarded command's own flag decides (docs/operations.md, the flags under
+        // The server around a lock).
         ("lock.guard", &["write", "movablekeys"][..], false),
         // O(holders): not fast.
         ("lock.holders", &["readonly"][..], false),
@@ -284,7 +285,7 @@ fn command_info_flags_and_key_positions() {
     assert!(format!("{v:?}").contains("\"lock\""), "MODULE LIST: {v:?}");
 }
 
-/// README, observability: "`COMMAND INFO` / `COMMAND DOCS` describe them".
+/// docs/operations.md, Observability: "`COMMAND INFO` and `COMMAND DOCS` describe every command".
 #[test]
 fn command_info_arity_and_command_docs() {
     let s = Server::new();

@@ -1,7 +1,7 @@
-//! Helpers of the `LOCK.GUARD` tests (`tests/guard_*.rs`; README, `LOCK.GUARD`): the command
-//! with its fence, its `INFO lock` counters (`lock_guarded_runs`, `lock_guarded_refusals`), a
-//! snapshot of all that a refused call must leave as it was, and `MULTI`/`EXEC` with its items
-//! as they came.
+//! Helpers of the `LOCK.GUARD` tests (`tests/guard_*.rs`; docs/commands.md, `LOCK.GUARD`): the
+//! command with its fence, its `INFO lock` counters (`lock_guarded_runs`, `lock_guarded_refusals`),
+//! a snapshot of all that a refused call must leave as it was, and `MULTI`/`EXEC` with its items as
+//! they came.
 
 use std::time::Instant;
 

@@ -105,7 +105,7 @@ fn int(v: &Value, what: &str) -> i64 {
 
 /// Parses a `LOCK.INFO` reply (flat array or map). `None` for a null reply.
 /// Panics unless exactly the fields holder, fence, ttl, waiters, mode, holders are present
-/// once each, and consistent with each other (README, `LOCK.INFO`).
+/// once each, and consistent with each other (docs/commands.md, `LOCK.INFO`).
 pub fn parse_info(v: &Value) -> Option<LockInfo> {
     let pairs: Vec<(&Value, &Value)> = match v {
         Value::Nil => return None,

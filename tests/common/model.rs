@@ -1,4 +1,4 @@
-//! The reference model of `tests/model/`: the lock's contract (README; shared holds as in
+//! The reference model of `tests/model/`: the lock's contract (docs/commands.md; shared holds as in
 //! issue #13) as plain state, written independently of `src/lock`. A key holds a lock of one
 //! or more holds (one exclusive, or shared ones, each with its own token, fence and lease), the
 //! last fence issued for it, and one FIFO queue of waiters of both kinds. The driver in

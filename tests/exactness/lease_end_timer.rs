@@ -86,7 +86,8 @@ fn each_lease_ends_on_time_while_the_timer_is_armed_for_a_later_one() {
 }
 
 /// Six leases on six keys, 150 ms apart, taken at once in one pipeline; then no client
-/// command at all, only a subscriber to the keys' keyspace events (README, "Observability").
+/// command at all, only a subscriber to the keys' keyspace events (docs/operations.md,
+/// "Observability").
 /// Each `lock.expired` comes within [`CHAIN_BOUND_MS`] of its deadline by the client's clock
 /// (the pipeline's send time + the ttl): the sweep that ends one lease arms the timer for the
 /// next. A sweep that does not re-arm leaves every lease after the first to the 100 ms cron,

@@ -1,9 +1,8 @@
-//! Fences that never go backwards (README guarantee 4) where the high-water mark is not in
-//! memory: a crash after a burst at full rate, a restart right after a crash, fences far
-//! above the clock floor brought in by `RESTORE`, replicas and AOF replays that learn fences
-//! from `LOCK.APPLY`, AOF rewrites with and without the RDB preamble, and the pacing of
-//! fences that all of it rests on. And the lease a `RESTORE` gives: the time the lock had
-//! left when dumped.
+//! Fences that never go backwards (docs/guarantees.md, guarantee 4) where the high-water mark is
+//! not in memory: a crash after a burst at full rate, a restart right after a crash, fences far
+//! above the clock floor brought in by `RESTORE`, replicas and AOF replays that learn fences from
+//! `LOCK.APPLY`, AOF rewrites with and without the RDB preamble, and the pacing of fences that all
+//! of it rests on. And the lease a `RESTORE` gives: the time the lock had left when dumped.
 //!
 //! A fence is `max(last + 1, high_water + 1, unix_ms << 11)`. Fences come from a bucket of
 //! 8 milliseconds' worth (8 × 2,048 = 16,384) that refills at 2,048 a millisecond of the

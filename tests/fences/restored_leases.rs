@@ -136,7 +136,8 @@ fn a_restored_lease_is_the_time_it_had_left() {
     assert!(acquire(&mut c, "v1-over", "other", 1_000).is_some());
 }
 
-/// A reloaded AOF holds the same deadline as the server that wrote it (README guarantee 5),
+/// A reloaded AOF holds the same deadline as the server that wrote it (docs/guarantees.md,
+/// guarantee 5),
 /// also for a lock that came in by `RESTORE`. The AOF records the `RESTORE` command with its
 /// payload, whose lease is the time it had left when dumped, counted from the `RESTORE`; a
 /// replay must not read that payload's deadline as absolute. (As of this writing it does:

@@ -1,4 +1,4 @@
-//! Seeded fuzzing of `RESTORE` with lock payloads (README guarantee 6: bad input costs
+//! Seeded fuzzing of `RESTORE` with lock payloads (docs/guarantees.md, guarantee 6: bad input costs
 //! nothing), and checks that long fuzzed runs do not grow the server's `used_memory`.
 //!
 //! `cargo fuzz` needs a nightly toolchain, which this project does not use; these tests

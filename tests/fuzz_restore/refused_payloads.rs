@@ -252,11 +252,11 @@ fn version_3_payloads_that_break_a_rule_are_refused() {
     f.server.assert_alive();
 }
 
-/// Values after a lock's last one (a hold more than version 3's count, a value after
-/// version 2's save time): the module reads the lock it expects, and Redis then refuses the
-/// payload for the value where the EOF opcode should be. That refusal must cost nothing
-/// either (README guarantee 6): no key, and nothing of the payload's fences (an hour of floor
-/// ahead of the clock) left in the fence issuer.
+/// Values after a lock's last one (a hold more than version 3's count, a value after version 2's
+/// save time): the module reads the lock it expects, and Redis then refuses the payload for the
+/// value where the EOF opcode should be. That refusal must cost nothing either (docs/guarantees.md,
+/// guarantee 6): no key, and nothing of the payload's fences (an hour of floor ahead of the clock)
+/// left in the fence issuer.
 #[test]
 fn values_after_the_last_one_are_refused_and_leave_no_fence_behind() {
     let mut f = Fuzz::new();

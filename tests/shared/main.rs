@@ -1,4 +1,4 @@
-//! Shared holds, one key at a time (README, `LOCK.ACQUIRE … SHARED [LIMIT n]` and
+//! Shared holds, one key at a time (docs/commands.md, `LOCK.ACQUIRE … SHARED [LIMIT n]` and
 //! `LOCK.HOLDERS`), against a real server: which requests are compatible, what `LIMIT n`
 //! admits and refuses, per-holder leases, downgrade and the refused upgrade, `LOCK.RELEASE` /
 //! `LOCK.EXTEND` / `LOCK.FENCE` on the caller's hold only, the `LOCK.INFO` and `LOCK.HOLDERS`

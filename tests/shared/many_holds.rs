@@ -1,6 +1,6 @@
-//! Many shared holds on one key (README, *Shared holds*): their leases ending together are
-//! ended a batch at a time, so the server keeps answering meanwhile, and every end reaches
-//! the replica; a command on a key with many holds costs about what it costs with one.
+//! Many shared holds on one key (docs/commands.md, *Shared holds*): their leases ending together
+//! are ended a batch at a time, so the server keeps answering meanwhile, and every end reaches the
+//! replica; a command on a key with many holds costs about what it costs with one.
 
 use std::time::{Duration, Instant};
 

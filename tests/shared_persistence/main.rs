@@ -1,5 +1,5 @@
 //! Shared holds survive every way a dataset is saved, loaded, moved and replicated (issue 13,
-//! "Persistence"; README, "Persistence and replication details"):
+//! "Persistence"; docs/operations.md, "Persistence and replication details"):
 //!
 //! - the RDB file and the multi-part AOF written by the module before shared holds (lock
 //!   encoding version 2, `LOCK.APPLY` without `SHARED`), committed under `tests/fixtures/`

@@ -165,11 +165,11 @@ fn live_replication_mirrors_each_change() {
     f.done("live replication");
 }
 
-/// A shared grant taken back from a client killed before its reply went out (README,
-/// `LOCK.ACQUIRE`, "Leaving"): `MULTI; LOCK.RELEASE k x; CLIENT KILL ID <a>; EXEC` grants
-/// the queued `a` inside the transaction and kills it before it is told. The grant reached
-/// the replica, so its end must too: the replica holds what the master holds, nothing at a
-/// key where `a` was alone, and only `b` where the shared waiter `b` was granted with `a`.
+/// A shared grant taken back from a client killed before its reply went out (docs/commands.md,
+/// `LOCK.ACQUIRE`, "Leaving"): `MULTI; LOCK.RELEASE k x; CLIENT KILL ID <a>; EXEC` grants the
+/// queued `a` inside the transaction and kills it before it is told. The grant reached the replica,
+/// so its end must too: the replica holds what the master holds, nothing at a key where `a` was
+/// alone, and only `b` where the shared waiter `b` was granted with `a`.
 #[test]
 fn a_withdrawn_shared_grant_ends_on_the_replica_too() {
     let (m, r) = replica_pair();

@@ -252,7 +252,7 @@ fn shared_holds_survive_debug_reload() {
     let after = snap(&mut c, &KEYS);
     let mut f = Findings::default();
     compare(&before, &after, "DEBUG RELOAD", &mut f);
-    // README, "The server around a lock": waiters of a reloaded lock are answered null.
+    // docs/operations.md, "The server around a lock": waiters of a reloaded lock are answered null.
     for (i, w) in p.waiters.iter().enumerate() {
         let r = w.reply_within(Duration::from_secs(2));
         f.check(r == Some(Ok(Value::Nil)), || {

@@ -77,7 +77,7 @@ impl Populated {
 
 /// Where the keys went: the whole dataset (with the server's fence high-water mark: a
 /// restart, a reload, a replica), or the keys alone to another server (`RESTORE`, `MIGRATE`),
-/// where each key's fences go on above its own (README, "How fences are made": moves).
+/// where each key's fences go on above its own (docs/guarantees.md, "How fences are made": moves).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Went {
     Dataset,

@@ -147,7 +147,7 @@ fn client_unblock_answers_a_shared_waiter() {
     }
     assert_eq!(info(&mut c, "k").unwrap().waiters, 0, "both left the queue");
     assert_eq!(stat(&mut c, "lock_waiting_clients"), 0);
-    // README, `INFO lock`: `lock_wait_timeouts` counts the waits that ended in null.
+    // docs/operations.md, `INFO lock`: `lock_wait_timeouts` counts the waits that ended in null.
     assert_eq!(stat(&mut c, "lock_wait_timeouts"), timeouts + 1);
     assert_eq!(release(&mut c, "k", "x"), 1);
     assert!(!exists(&mut c, "k"), "nobody was granted: the key goes");

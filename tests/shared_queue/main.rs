@@ -1,10 +1,10 @@
-//! Shared holds and the queue (README, `LOCK.ACQUIRE … SHARED [LIMIT n]` and
-//! [The server around a lock](../../README.md#the-server-around-a-lock)), against a real server:
-//! FIFO order across kinds, no writer starvation under a stream of readers, `LIMIT n` under
-//! contention (an in-process counter proves that no more than `n` hold at once, also when
-//! holders abandon their permits), and the server's keyspace rules for shared keys (deletion,
-//! `RENAME`, `COPY`, `CLIENT UNBLOCK`, `CLIENT PAUSE WRITE`, `EXPIRE`, a full server). One key's
-//! semantics are in `tests/shared/`.
+//! Shared holds and the queue (docs/commands.md, `LOCK.ACQUIRE … SHARED [LIMIT n]`, and
+//! [The server around a lock](../../docs/operations.md#the-server-around-a-lock)), against a
+//! real server: FIFO order across kinds, no writer starvation under a stream of readers,
+//! `LIMIT n` under contention (an in-process counter proves that no more than `n` hold at once,
+//! also when holders abandon their permits), and the server's keyspace rules for shared keys
+//! (deletion, `RENAME`, `COPY`, `CLIENT UNBLOCK`, `CLIENT PAUSE WRITE`, `EXPIRE`, a full
+//! server). One key's semantics are in `tests/shared/`.
 //!
 //! Files: `queue_order` holds the tests of the queue's order (FIFO across kinds, no writer
 //! starvation), `limit_under_load` those of `LIMIT n` under contention, `keyspace_rules`

@@ -1,12 +1,12 @@
 // The redis-lock flow from ioredis: acquire -> fence -> guarded writes -> extend -> info ->
 // release, and a blocking LOCK.ACQUIRE ... WAIT on a second connection that is granted on
-// release. Also the recommended client-side pattern that docs/CLIENTS.md shows (withLock,
-// FencedStore, and guarded writes through LOCK.GUARD with its `guarded` helper).
-// And the read-write lock and semaphore recipes it shows (withHold, withReadLock,
-// withWriteLock, withPermit): two readers hold together while a writer waits for both, and a
-// reader after the writer waits for it; a semaphore of 2 permits whose third caller waits
-// until one is released.
-// Run by tests/clients/ as `node flow.js <port> [flow|pattern|shared|all]`; exits non-zero
+// release. Also the recommended client-side pattern that docs/CLIENTS.md shows (withLock with
+// its keep-alive, FencedStore, and guarded writes through LOCK.GUARD with its `guarded`
+// helper), and each way its keep-alive reports a loss (`loss`). And the read-write lock and
+// semaphore recipes it shows (withHold, withReadLock, withWriteLock, withPermit): two readers
+// hold together while a writer waits for both, and a reader after the writer waits for it; a
+// semaphore of 2 permits whose third caller waits until one is released.
+// Run by tests/clients/ as `node flow.js <port> [flow|pattern|shared|loss|all]`; exits non-zero
 // on the first failure.
 "use strict";
 
@@ -128,24 +128,51 @@ async function main() {
 
 // --- The recommended pattern, as docs/CLIENTS.md shows it ----------------------------------
 
-// Runs work(fence, isLost) holding the lock at `key`. LOCK.ACQUIRE ... WAIT blocks its
-// connection like BLPOP: give it a connection that nothing else waits on.
+// Runs work(fence, isLost) holding the lock at `key`, and extends its lease every third of
+// the ttl while the work runs. isLost() turns true, for good, once the lock may be gone: an
+// extend answered 0 or failed (any error: this client can no longer tell), or the lease's
+// end passed, counted on this process's clock from the moment the last acquire or extend
+// that succeeded was sent. Rejects if the lock is not granted within waitMs, and if it was
+// lost while the work ran. LOCK.ACQUIRE ... WAIT blocks its connection like BLPOP: give it a
+// connection that nothing else waits on (redis.duplicate()).
 async function withLock(redis, key, ttlMs, work, waitMs = 5000) {
   const token = randomUUID(); // one fresh token per acquisition
+  const asked = performance.now(); // a lease starts after its command was sent
   const fence = await redis.call("LOCK.ACQUIRE", key, token, ttlMs, "WAIT", waitMs);
-  if (fence === null) throw new Error(`${key} is still held after ${waitMs} ms`);
+  if (fence === null) throw new Error(`${key} was not granted within ${waitMs} ms`);
   // Where a failover must not lose the lock, have a replica acknowledge it first:
   //   if ((await redis.call("WAIT", 1, 100)) === 0) release, then retry or give up
+  let deadline = asked + ttlMs; // the lease ends after this, by this process's clock
   let lost = false;
-  const keepAlive = setInterval(async () => {
-    // extend at a third of the ttl; 0 means the lock is gone
-    if ((await redis.call("LOCK.EXTEND", key, token, ttlMs)) === 0) lost = true;
-  }, ttlMs / 3);
+  const isLost = () => (lost ||= performance.now() >= deadline);
+  const extend = async () => {
+    const sent = performance.now();
+    try {
+      // 0: the lease ended, or the key was deleted or taken by another token
+      if ((await redis.call("LOCK.EXTEND", key, token, ttlMs)) !== 1) lost = true;
+      else deadline = sent + ttlMs;
+    } catch {
+      lost = true; // refused (a lowered lock.max-ttl, OOM), a closed connection, ...
+    }
+  };
+  // Granted after a long wait: extend now, so that the lease counts from a recent send.
+  if (performance.now() - asked > ttlMs / 3) await extend();
+  let timer = null;
+  const keepAlive = async () => {
+    await extend();
+    if (timer !== null && !isLost()) timer = setTimeout(keepAlive, ttlMs / 3);
+  };
+  timer = setTimeout(keepAlive, ttlMs / 3);
   try {
-    return await work(fence, () => lost); // pass the fence with every write to the resource
+    if (isLost()) throw new Error(`${key} was lost before the work began`);
+    const result = await work(fence, isLost); // pass the fence with every write to the resource
+    if (isLost()) throw new Error(`${key} was lost while the work ran`);
+    return result;
   } finally {
-    clearInterval(keepAlive);
-    await redis.call("LOCK.RELEASE", key, token);
+    clearTimeout(timer);
+    timer = null; // an extend still on its way schedules no other
+    // 0 or an error: the lease has ended, or ends on its own
+    await redis.call("LOCK.RELEASE", key, token).catch(() => {});
   }
 }
 
@@ -234,6 +261,96 @@ async function pattern() {
     console.log(`ioredis ${require("ioredis/package.json").version} pattern: ok (fences ${f1} < ${fStale} < ${fNew})`);
   } finally {
     r.disconnect();
+  }
+}
+
+// withLock's keep-alive when the lock goes: every way is reported by isLost() within one
+// keep-alive interval (plus a round trip) of its cause, never after the lease's end by this
+// process's clock, and withLock then rejects, although the work itself returned.
+async function loss() {
+  const r = connect();
+  const admin = connect();
+  const ttl = 600;
+  const within = ttl / 3 + 150; // one keep-alive interval, and room for the round trip
+  const lostIn = async (isLost, since, limit, what) => {
+    while (!isLost()) {
+      assert.ok(performance.now() - since < limit, `${what}: not reported lost in ${limit} ms`);
+      await sleep(2);
+    }
+    return performance.now() - since;
+  };
+  const rejectsLost = (key) => (e) => {
+    assert.equal(e.message, `${key} was lost while the work ran`);
+    return true;
+  };
+  try {
+    // Granted after waiting longer than a third of the ttl: extended at once, so that the
+    // lease counts from then, and held past the end it would have had from the acquire's send.
+    let key = `jobs:${randomUUID()}`;
+    assert.ok((await admin.call("LOCK.ACQUIRE", key, "first", 10000)) > 0);
+    const handOver = sleep(ttl * 0.9).then(() => admin.call("LOCK.RELEASE", key, "first"));
+    await withLock(r, key, ttl, async (fence, isLost) => {
+      const until = performance.now() + ttl * 0.5; // past the acquire's send + ttl
+      while (performance.now() < until) {
+        assert.ok(!isLost(), "lost after a long wait");
+        await sleep(2);
+      }
+    });
+    assert.equal(await handOver, 1);
+
+    // The key deleted under the holder: the next extend answers 0.
+    key = `jobs:${randomUUID()}`;
+    let took = 0;
+    await assert.rejects(
+      withLock(r, key, ttl, async (fence, isLost) => {
+        assert.ok(!isLost());
+        const cause = performance.now();
+        assert.equal(await admin.del(key), 1);
+        took = await lostIn(isLost, cause, within, "deleted");
+      }),
+      rejectsLost(key),
+    );
+    const deleted = took;
+
+    // LOCK.EXTEND refused: lock.max-ttl lowered below the ttl. An error is a loss too.
+    key = `jobs:${randomUUID()}`;
+    await assert.rejects(
+      withLock(r, key, ttl, async (fence, isLost) => {
+        const cause = performance.now();
+        assert.equal(await admin.call("CONFIG", "SET", "lock.max-ttl", "100"), "OK");
+        try {
+          took = await lostIn(isLost, cause, within, "extend refused");
+        } finally {
+          await admin.call("CONFIG", "SET", "lock.max-ttl", "86400000");
+        }
+        // the server still holds it for this token: only the client cannot keep it
+        assert.equal(infoObject(await admin.call("LOCK.INFO", key)).holders, 1);
+      }),
+      rejectsLost(key),
+    );
+    const refused = took;
+
+    // The server stops answering (paused past the lease): no extend comes back, and the
+    // lease's end by this process's clock, from the acquire's send, is the loss.
+    key = `jobs:${randomUUID()}`;
+    const before = performance.now(); // before the acquire was sent
+    await assert.rejects(
+      withLock(r, key, ttl, async (fence, isLost) => {
+        assert.equal(await admin.call("CLIENT", "PAUSE", String(ttl * 3), "ALL"), "OK");
+        took = await lostIn(isLost, before, ttl + 50, "server paused");
+      }),
+      rejectsLost(key),
+    );
+    const paused = took;
+    assert.equal(await admin.call("LOCK.INFO", key), null, "released, or its lease ended");
+    console.log(
+      `ioredis ${require("ioredis/package.json").version} loss: ok (deleted: lost in ` +
+        `${deleted.toFixed(0)} ms, extend refused: ${refused.toFixed(0)} ms, server paused: ` +
+        `${paused.toFixed(0)} ms after the acquire, lease ${ttl} ms)`,
+    );
+  } finally {
+    r.disconnect();
+    admin.disconnect();
   }
 }
 
@@ -521,6 +638,7 @@ const what = process.argv[3] || "all";
   if (what === "flow" || what === "all") await main();
   if (what === "pattern" || what === "all") await pattern();
   if (what === "shared" || what === "all") await shared();
+  if (what === "loss" || what === "all") await loss();
 })().catch((e) => {
   console.error(e);
   process.exit(1);

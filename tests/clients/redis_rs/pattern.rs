@@ -102,7 +102,7 @@ fn redis_rs_pattern() {
     assert_pattern_counts(&server);
 }
 
-/// The pattern docs/CLIENTS.md recommends where replication matters: acquire, then
+/// The pattern docs/CLIENTS.md recommends where replication matters (its step 3): acquire, then
 /// `WAIT 1 <ms>` for a replica to have the grant before using it; the replica holds the same
 /// holder and fence.
 #[test]

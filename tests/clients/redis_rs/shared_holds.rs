@@ -84,7 +84,7 @@ impl Actor {
     }
 }
 
-/// redis-rs, RESP2 and RESP3: the read-write lock and semaphore of docs/CLIENTS.md (the
+/// redis-rs, RESP2 and RESP3: a read-write lock and semaphore in raw commands (the
 /// `Hold` guard and `read_lock`, `write_lock`, `permit` in `redis_rs.rs`), each holder a
 /// thread with a connection of its own. Two readers hold together while a writer waits for both, a reader
 /// after the writer waits for it, the writer's guarded write lands and a reader's fence is

@@ -1,5 +1,6 @@
-//! `DUMP` payloads of lock keys: reading the module's own and building any encoding version
-//! (1, 2 and 3, see the README's persistence details), for the tests that restore them.
+//! `DUMP` payloads of lock keys: reading the module's own and building any encoding version (1, 2
+//! and 3, see docs/operations.md, *Persistence and replication details*), for the tests that
+//! restore them.
 //!
 //! A `DUMP` payload is the RDB encoding of one value, then the 2-byte RDB version and a
 //! CRC-64 (Jones, little-endian) of everything before it. A lock is RDB type 7
