@@ -131,7 +131,7 @@
 //! - At the end: the targets of issue #14 (with issue 4's for the Lua, fenced and
 //!   `LOCK.ACQUIRE` comparisons, the exclusion checks of issues 4 and 13, and issue 22's for
 //!   many holds), each with its [lowest–highest round]; then a summary table in Markdown (workload | measured | vs
-//!   baseline [spread]) for the README, with the machine and the command.
+//!   baseline [spread]) for docs/performance.md, with the machine and the command.
 //! - Everything is also written to `bench-results.json` at the crate root (or `$BENCH_JSON`).
 //!
 //! ## Running part of it

@@ -59,7 +59,7 @@ pub(crate) fn check_json(steps: &[(String, String)], outcome: &str) -> Json {
     Json::Arr(steps.collect())
 }
 
-/// The summary table in Markdown, ready for the README, with the machine and the command.
+/// The summary table in Markdown, ready for docs/performance.md, with the machine and the command.
 pub(crate) fn print_summary(rows: &[SummaryRow], machine: &Machine, plan: &Plan) {
     let quick = if plan.quick {
         " — BENCH_QUICK: a short smoke run, noisy"

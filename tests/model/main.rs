@@ -1,6 +1,6 @@
-//! A reference model of the lock's contract (README; shared holds as in issue #13), written
-//! here independently of `src/lock`, driven side by side with a real server through thousands
-//! of seeded random operations: `LOCK.ACQUIRE` exclusive and `SHARED` (with and without
+//! A reference model of the lock's contract (docs/commands.md; shared holds as in issue #13),
+//! written here independently of `src/lock`, driven side by side with a real server through
+//! thousands of seeded random operations: `LOCK.ACQUIRE` exclusive and `SHARED` (with and without
 //! `LIMIT n`, with and without `WAIT`), `LOCK.RELEASE`, `LOCK.EXTEND`, `LOCK.FENCE` of one hold
 //! among several, `LOCK.INFO` (its six fields, in order), `LOCK.HOLDERS` (every hold, in grant
 //! order), `DEL`, waiters that disconnect, time passing (short leases and short waits that run

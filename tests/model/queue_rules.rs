@@ -1,4 +1,4 @@
-//! How the model serves a queue when tokens repeat (README, `LOCK.ACQUIRE`: one holder, one
+//! How the model serves a queue when tokens repeat (docs/commands.md, `LOCK.ACQUIRE`: one holder, one
 //! hold). The head of a queue is served as a direct acquire by its token would be: a token
 //! that holds the key, asking again for the same kind, renews its hold under the same fence
 //! (under `LIMIT`, whatever the count: a renewal takes no permit); an exclusive holder's

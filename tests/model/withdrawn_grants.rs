@@ -1,4 +1,4 @@
-//! Grants withdrawn (README, `LOCK.ACQUIRE`, "Leaving"): a grant made to a client that
+//! Grants withdrawn (docs/commands.md, `LOCK.ACQUIRE`, "Leaving"): a grant made to a client that
 //! left before its reply went out is taken back and passed on. `MULTI; LOCK.RELEASE k h
 //! (or h's downgrade); CLIENT KILL ID w …; EXEC` grants the waiters at the head and kills
 //! some of them before they are told. With repeated tokens a grant is found by what it
