@@ -46,8 +46,11 @@ test-examples: build
 	bash examples/run.sh
 
 # Module against the Lua way and plain native commands, in one run; writes bench-results.json.
+# Then the client libraries against the same commands sent raw (clients/bench.sh).
 bench: build
 	cargo bench --bench bench
+	bash clients/python/run-tests.sh --venv-only 8.1.0
+	bash clients/bench.sh
 
 # A quick local run: unit tests and the fast integration files; leaves out the slowest
 # (cluster, model, crash, clock steps, failover, fuzzers, clients), which `make test` and CI run.

@@ -31,7 +31,7 @@ impl Mutex {
     /// third of the ttl).
     pub fn new(target: impl Into<Target>, key: impl Into<String>) -> Self {
         Mutex {
-            spec: Spec::new(target, key),
+            spec: Spec::new(target, key, false),
         }
     }
 
@@ -65,7 +65,7 @@ impl RwLock {
     /// A read-write lock at `key`, with the default options.
     pub fn new(target: impl Into<Target>, key: impl Into<String>) -> Self {
         RwLock {
-            spec: Spec::new(target, key),
+            spec: Spec::new(target, key, false),
         }
     }
 
@@ -105,7 +105,7 @@ impl Semaphore {
     /// A semaphore of `permits` permits at `key`, with the default options.
     pub fn new(target: impl Into<Target>, key: impl Into<String>, permits: u32) -> Self {
         Semaphore {
-            spec: Spec::new(target, key),
+            spec: Spec::new(target, key, false),
             permits,
         }
     }
@@ -161,8 +161,9 @@ fn acquire(spec: &Spec, kind: Kind) -> Result<Guard, Error> {
     if kind == Kind::Permit(0) {
         return Err(Error::Config("a semaphore needs at least one permit"));
     }
-    // Dedicated: the WAIT blocks it, as BLPOP does.
-    let mut conn = SyncConn::open(&spec.target, opts.timeout)?;
+    // The acquire has the connection to itself (a WAIT blocks it, as BLPOP does); it comes
+    // from the lock's pool and goes back to it when the guard is done with it.
+    let (mut conn, mut reused) = spec.pool.take(&spec.target, opts.timeout)?;
     let started = Instant::now();
     let mut tryagains = 0;
     loop {
@@ -173,7 +174,10 @@ fn acquire(spec: &Spec, kind: Kind) -> Result<Guard, Error> {
         let cmd = cmds::acquire(&spec.key, &token, opts.ttl, kind, wait);
         let fence = match conn.query(&cmd).and_then(cmds::fence_reply) {
             Ok(Some(fence)) => fence,
-            Ok(None) => return Err(Error::Timeout),
+            Ok(None) => {
+                spec.pool.give_back(conn);
+                return Err(Error::Timeout);
+            }
             Err(e) if cmds::is_tryagain(&e) && tryagains < TRYAGAIN_LIMIT => {
                 tryagains += 1;
                 std::thread::sleep(tryagain_pause());
@@ -184,7 +188,16 @@ fn acquire(spec: &Spec, kind: Kind) -> Result<Guard, Error> {
                     // A grant may have been made and its reply lost with the connection.
                     drop(conn);
                     release_in_doubt(spec, &token);
+                    if reused {
+                        // An idle connection the server may have closed meanwhile: once more,
+                        // on a new one.
+                        reused = false;
+                        conn = SyncConn::open(&spec.target, opts.timeout)?;
+                        continue;
+                    }
+                    return Err(e.into());
                 }
+                spec.pool.give_back(conn);
                 return Err(e.into());
             }
         };

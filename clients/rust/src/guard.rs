@@ -1,7 +1,7 @@
 //! The blocking guard: one hold, its keep-alive thread, and its release on drop.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, PoisonError};
+use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 use redis::{Cmd, FromRedisValue, RedisError, RedisResult, Value};
@@ -9,6 +9,7 @@ use redis::{Cmd, FromRedisValue, RedisError, RedisResult, Value};
 use crate::commands as cmds;
 use crate::error::{Error, Fenced, GuardError, LossReason};
 use crate::options::{Kind, Spec};
+use crate::pool::Starter;
 use crate::signal::{Lease, LossSignal};
 use crate::sync_conn::SyncConn;
 
@@ -59,51 +60,38 @@ pub(crate) fn next_extend(base: Instant, every: Duration) -> Instant {
 /// A held lock (exclusive, shared, or one permit), from [`Mutex::lock`](crate::Mutex::lock),
 /// [`RwLock::read`](crate::RwLock::read)/[`write`](crate::RwLock::write) or
 /// [`Semaphore::acquire`](crate::Semaphore::acquire). Released when dropped, also while
-/// unwinding from a panic. A keep-alive thread extends the lease while it lives; see
+/// unwinding from a panic. A keep-alive extends the lease while it lives: from the first
+/// extend on, a task on one background thread that serves every hold of the process; see
 /// [`LossSignal`] for when the hold counts as lost.
 pub struct Guard {
     hold: Arc<Hold>,
-    /// For the caller's commands; the keep-alive has a connection of its own, so that a slow
-    /// guarded write cannot hold up an extend.
+    /// For the caller's commands and the release: taken from the lock's pool on first use,
+    /// given back at the release. The keep-alive uses another (the lock's shared
+    /// connection), so that a slow guarded write cannot hold up an extend.
     user: std::sync::Mutex<Option<SyncConn>>,
-    /// The keep-alive hands its connection back here when it stops. (In a mutex only to
-    /// make the guard `Sync`: it is touched only by the release, through `&mut self`.)
-    keepalive: std::sync::Mutex<Option<mpsc::Receiver<SyncConn>>>,
+    /// The hold's entry in the keep-alive starter.
+    keepalive: Option<u64>,
     released: bool,
 }
 
 impl Guard {
-    /// Wraps a granted hold; starts the keep-alive on `conn`, the connection of the grant.
+    /// Wraps a granted hold; `conn` is the connection of the grant.
     pub(crate) fn start(hold: Hold, conn: SyncConn) -> Result<Guard, Error> {
         let every = hold.spec.opts.keepalive_every();
+        // Back to the pool: a hold needs no connection of its own until it is used.
+        hold.spec.pool.give_back(conn);
         let mut guard = Guard {
             hold: Arc::new(hold),
             user: std::sync::Mutex::new(None),
-            keepalive: std::sync::Mutex::new(None),
+            keepalive: None,
             released: false,
         };
-        let Some(every) = every else {
-            // No keep-alive: the grant's connection serves the caller.
-            conn.set_timeout(Some(guard.hold.spec.opts.timeout))?;
-            *guard.user.get_mut().unwrap_or_else(PoisonError::into_inner) = Some(conn);
-            return Ok(guard);
-        };
-        let (tx, rx) = mpsc::channel();
-        let hold = Arc::clone(&guard.hold);
-        let spawned = std::thread::Builder::new()
-            .name("redis-lock-keepalive".into())
-            .spawn(move || keep_alive(&hold, conn, every, &tx));
-        match spawned {
-            Ok(_) => {
-                *guard
-                    .keepalive
-                    .get_mut()
-                    .unwrap_or_else(PoisonError::into_inner) = Some(rx);
-                Ok(guard)
-            }
-            // Dropping the guard releases the grant (on a fresh connection).
-            Err(e) => Err(Error::Redis(RedisError::from(e))),
+        if let Some(every) = every {
+            // On failure, dropping the guard releases the grant.
+            let starter = Starter::get()?;
+            guard.keepalive = Some(starter.add(Arc::clone(&guard.hold), every));
         }
+        Ok(guard)
     }
 
     /// The lock key.
@@ -210,41 +198,46 @@ impl Guard {
         self.released = true;
         // First, so that the keep-alive stops and the work learns it before the lock is free.
         self.hold.lease.end(LossReason::Released);
-        let cmd = cmds::release(self.key(), self.token());
-        let timeout = self.hold.spec.opts.timeout;
-        // An idle keep-alive returns its connection at once; one stuck in a call to a silent
-        // server is not waited for.
-        let keepalive = self
-            .keepalive
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner);
-        let ka_conn = keepalive.take().and_then(|rx| {
-            rx.recv_timeout(timeout.min(Duration::from_millis(100)))
-                .ok()
-        });
-        if let Some(mut conn) = ka_conn {
-            if let Ok(reply) = conn
-                .set_timeout(Some(timeout))
-                .and_then(|()| conn.query(&cmd))
-            {
-                return cmds::bool_reply(reply).map_err(Error::Redis);
+        if let Some(id) = self.keepalive.take() {
+            if let Ok(starter) = Starter::get() {
+                starter.cancel(id);
             }
         }
-        let reply = self.with_conn(|c| c.query(&cmd))?;
-        cmds::bool_reply(reply).map_err(Error::Redis)
+        let cmd = cmds::release(self.key(), self.token());
+        let reply = match self.with_conn(|c| c.query(&cmd)) {
+            // The connection broke (which may be how the hold was lost; the pool's idle ones
+            // may be broken too): once more, on a new one. A release is harmless to repeat.
+            Err(e) if cmds::outcome_unknown(&e) => {
+                let spec = &self.hold.spec;
+                let conn = SyncConn::open(&spec.target, spec.opts.timeout)?;
+                conn.set_timeout(Some(spec.opts.timeout))?;
+                *self.user.get_mut().unwrap_or_else(PoisonError::into_inner) = Some(conn);
+                self.with_conn(|c| c.query(&cmd))
+            }
+            reply => reply,
+        };
+        let conn = self
+            .user
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(conn) = conn {
+            self.hold.spec.pool.give_back(conn);
+        }
+        cmds::bool_reply(reply?).map_err(Error::Redis)
     }
 
-    /// Runs `f` on the caller's connection, opened on first use. A connection whose last
-    /// call failed other than with a server reply is in doubt (a late reply could be read as
-    /// the next one's) and is not used again.
+    /// Runs `f` on the caller's connection (one from the pool if the last one broke). A
+    /// connection whose last call failed other than with a server reply is in doubt (a late
+    /// reply could be read as the next one's) and is not used again.
     fn with_conn(&self, f: impl FnOnce(&mut SyncConn) -> RedisResult<Value>) -> RedisResult<Value> {
-        let opts = &self.hold.spec.opts;
+        let spec = &self.hold.spec;
         let mut slot = self.user.lock().unwrap_or_else(PoisonError::into_inner);
         let conn = match slot.as_mut() {
             Some(conn) => conn,
             None => {
-                let conn = SyncConn::open(&self.hold.spec.target, opts.timeout)?;
-                conn.set_timeout(Some(opts.timeout))?;
+                let (conn, _) = spec.pool.take(&spec.target, spec.opts.timeout)?;
+                conn.set_timeout(Some(spec.opts.timeout))?;
                 slot.insert(conn)
             }
         };
@@ -276,44 +269,4 @@ impl std::fmt::Debug for Guard {
             .field("lost", &self.hold.lease.status().err())
             .finish()
     }
-}
-
-/// The keep-alive thread: extends every `every` until the hold ends, and ends it on the
-/// first answer that is not a confirmation.
-fn keep_alive(hold: &Hold, mut conn: SyncConn, every: Duration, back: &mpsc::Sender<SyncConn>) {
-    let lease = &hold.lease;
-    let cmd = cmds::extend(&hold.spec.key, &hold.token, hold.spec.opts.ttl);
-    loop {
-        if lease.sleep_until(next_extend(lease.base(), every)).is_err() {
-            break;
-        }
-        let Ok(deadline) = lease.status() else { break };
-        let sent = Instant::now();
-        // The call may not outlast the lease: past its end the hold is lost anyway.
-        let budget = deadline.saturating_duration_since(sent);
-        let reply = conn
-            .set_timeout(Some(budget))
-            .and_then(|()| conn.query(&cmd))
-            .and_then(cmds::bool_reply);
-        match reply {
-            Ok(true) => {
-                if lease.confirm(sent).is_err() {
-                    break;
-                }
-            }
-            Ok(false) => {
-                lease.end(LossReason::NotHeld);
-                break;
-            }
-            Err(e) => {
-                let in_doubt = cmds::outcome_unknown(&e);
-                lease.end(LossReason::Error(e));
-                if in_doubt {
-                    return;
-                }
-                break;
-            }
-        }
-    }
-    let _ = back.send(conn);
 }

@@ -24,6 +24,7 @@ mod error;
 mod guard;
 mod info;
 mod options;
+mod pool;
 mod signal;
 mod sync_conn;
 

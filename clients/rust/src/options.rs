@@ -134,18 +134,27 @@ impl Options {
     }
 }
 
-/// One lock: where, which key, how.
+/// One lock: where, which key, how, and the connections its holds reuse.
 #[derive(Clone)]
 pub(crate) struct Spec {
     pub target: Target,
     pub key: String,
     pub opts: Options,
+    pub pool: std::sync::Arc<crate::pool::Pool>,
 }
 
 impl Spec {
-    pub(crate) fn new(target: impl Into<Target>, key: impl Into<String>) -> Self {
+    /// A lock of the blocking API (`asynchronous` false) or the async one: they keep
+    /// connections apart, as the async ones live in the caller's runtime.
+    pub(crate) fn new(
+        target: impl Into<Target>,
+        key: impl Into<String>,
+        asynchronous: bool,
+    ) -> Self {
+        let target = target.into();
         Spec {
-            target: target.into(),
+            pool: crate::pool::Pool::for_target(&target, asynchronous),
+            target,
             key: key.into(),
             opts: Options::default(),
         }

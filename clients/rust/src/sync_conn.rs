@@ -8,51 +8,77 @@ use redis::{Cmd, RedisResult, Value};
 
 use crate::options::Target;
 
-pub(crate) enum SyncConn {
+/// A connection, with the read timeout it was last given (so that setting the same one
+/// again costs no system call: the pool hands connections from acquire to release).
+pub(crate) struct SyncConn {
+    conn: Conn,
+    read_timeout: std::cell::Cell<Option<Option<Duration>>>,
+}
+
+enum Conn {
     Single(redis::Connection),
     // Boxed: five times the size of a single connection.
     Cluster(Box<ClusterConnection>),
 }
 
 impl SyncConn {
+    /// A new connection; `timeout` bounds its connect and, from then on, every write.
     pub(crate) fn open(target: &Target, timeout: Duration) -> RedisResult<Self> {
-        match target {
-            Target::Standalone(client) => Ok(SyncConn::Single(
-                client.get_connection_with_timeout(timeout)?,
-            )),
+        let conn = match target {
+            Target::Standalone(client) => {
+                let c = client.get_connection_with_timeout(timeout)?;
+                c.set_write_timeout(Some(timeout))?;
+                Conn::Single(c)
+            }
             Target::Cluster(client) => {
                 let config = ClusterConfig::new().set_connection_timeout(timeout);
-                let conn = client.get_connection_with_config(config)?;
+                let c = client.get_connection_with_config(config)?;
                 // A keep-alive must see a broken connection as the error it is, not have it
                 // papered over by a reconnect.
-                conn.set_auto_reconnect(false);
-                Ok(SyncConn::Cluster(Box::new(conn)))
+                c.set_auto_reconnect(false);
+                c.set_write_timeout(Some(timeout))?;
+                Conn::Cluster(Box::new(c))
             }
-        }
+        };
+        Ok(SyncConn {
+            conn,
+            read_timeout: std::cell::Cell::new(None),
+        })
     }
 
-    /// Read and write timeout of the calls that follow; `None` blocks without limit.
+    /// Read timeout of the calls that follow; `None` blocks without limit. (Writes are
+    /// bounded by the timeout the connection was opened with.)
     pub(crate) fn set_timeout(&self, timeout: Option<Duration>) -> RedisResult<()> {
         // Zero means "no timeout" to the socket, the opposite of what a spent budget means.
         let timeout = timeout.map(|t| t.max(Duration::from_millis(1)));
-        match self {
-            SyncConn::Single(c) => {
-                c.set_read_timeout(timeout)?;
-                c.set_write_timeout(timeout)
-            }
-            SyncConn::Cluster(c) => {
-                c.set_read_timeout(timeout)?;
-                c.set_write_timeout(timeout)
-            }
+        if self.read_timeout.get() == Some(timeout) {
+            return Ok(());
+        }
+        // Unknown until set again, should this fail.
+        self.read_timeout.set(None);
+        match &self.conn {
+            Conn::Single(c) => c.set_read_timeout(timeout)?,
+            Conn::Cluster(c) => c.set_read_timeout(timeout)?,
+        }
+        self.read_timeout.set(Some(timeout));
+        Ok(())
+    }
+
+    /// False once a read found the connection closed or out of step.
+    pub(crate) fn is_open(&self) -> bool {
+        use redis::ConnectionLike;
+        match &self.conn {
+            Conn::Single(c) => c.is_open(),
+            Conn::Cluster(c) => c.is_open(),
         }
     }
 
     /// Runs a command; in a cluster, routed by its first key (every `LOCK.*` command's key
     /// comes first, and `LOCK.GUARD`'s lock key too).
     pub(crate) fn query(&mut self, cmd: &Cmd) -> RedisResult<Value> {
-        match self {
-            SyncConn::Single(c) => cmd.query(c),
-            SyncConn::Cluster(c) => cmd.query(c.as_mut()),
+        match &mut self.conn {
+            Conn::Single(c) => cmd.query(c),
+            Conn::Cluster(c) => cmd.query(c.as_mut()),
         }
     }
 
@@ -60,9 +86,9 @@ impl SyncConn {
     /// the node that made the grant (redis-rs would ask every master), and client ids are
     /// per node.
     pub(crate) fn query_at(&mut self, cmd: &Cmd, key: &str) -> RedisResult<Value> {
-        match self {
-            SyncConn::Single(c) => cmd.query(c),
-            SyncConn::Cluster(c) => c.route_command(cmd, route_to(key))?.extract_error(),
+        match &mut self.conn {
+            Conn::Single(c) => cmd.query(c),
+            Conn::Cluster(c) => c.route_command(cmd, route_to(key))?.extract_error(),
         }
     }
 }

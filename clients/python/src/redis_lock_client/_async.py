@@ -44,7 +44,7 @@ class _Kind(_SyncKind):
             sent = c.monotonic()
             ttl_ms = c.seconds_to_ms(self.ttl, "ttl")
             args = c.acquire_args(self.name, token, ttl_ms, self._options, wait_ms)
-            reply = await hc.call_routed(*args)
+            reply = await hc.call_routed(*args, read_timeout=hc.wait_timeout)
             if reply is None:
                 maybe_granted = False
                 await hc.close()
@@ -369,7 +369,10 @@ class _Core:
                 )
             except Exception:
                 pass  # the connection is gone (which is how holds are lost): any will do
-            await self.hc.close()
+            if reply is None:
+                await self.hc.close()
+            else:
+                await self.hc.give_back()  # answered: in step, fit for the next hold
         fallback = reply is None
         if fallback:
             reply = await self.client.execute_command("LOCK.RELEASE", self.name, self.token)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
+import os
 import threading
 import warnings
 import weakref
@@ -60,7 +63,8 @@ class _Kind:
             sent = c.monotonic()
             ttl_ms = c.seconds_to_ms(self.ttl, "ttl")
             args = c.acquire_args(self.name, token, ttl_ms, self._options, wait_ms)
-            reply = hc.call_routed(*args)
+            within = hc.wait_timeout
+            reply = hc.call_routed(*args, within=within, forever=within is None)
             if reply is None:
                 maybe_granted = False
                 hc.close()
@@ -225,11 +229,21 @@ class _Core:
         if isinstance(self.client, RedisCluster):
             # LOCK.GUARD has movable keys: naming the node saves a COMMAND GETKEYS per call.
             self.route = {"target_nodes": self.client.get_node_from_key(self.name)}
-        self.thread = threading.Thread(
-            target=self.run, name=f"redis-lock keep-alive {self.name!r}", daemon=True
-        )
+        self.thread = _NOT_STARTED
 
     def start(self):
+        """Has the keep-alive thread started when it is first needed: at the first extend,
+        or at the lease's end if there is none (see ``_Starter``)."""
+        due = self.lease.next_extend if self.auto else self.lease.report_by
+        _starter.add(self, min(due, self.lease.report_by))
+
+    def start_thread(self):
+        with self.cond:
+            if self.thread is not _NOT_STARTED or self.state == RELEASED:
+                return
+            self.thread = threading.Thread(
+                target=self.run, name=f"redis-lock keep-alive {self.name!r}", daemon=True
+            )
         self.thread.start()
 
     # -- loss ----------------------------------------------------------------------------
@@ -345,6 +359,9 @@ class _Core:
             if self.state in (HELD, LOST):
                 self.state = ABANDONED
                 self.cond.notify_all()
+            else:
+                return
+        self.start_thread()  # it releases the hold
 
     # -- the holder's calls --------------------------------------------------------------
 
@@ -391,7 +408,10 @@ class _Core:
                 )
             except Exception:
                 pass  # the connection is gone (which is how holds are lost): any will do
-            self.hc.close()
+            if reply is None:
+                self.hc.close()
+            else:
+                self.hc.give_back()  # answered: in step, fit for the next hold
         fallback = reply is None
         if fallback:
             reply = self.client.execute_command("LOCK.RELEASE", self.name, self.token)
@@ -400,3 +420,65 @@ class _Core:
         if not released and before == HELD and not fallback:
             self.lose(c.LockLost("LOCK.RELEASE answered 0: the hold was gone"), (RELEASED,))
         return released
+
+
+class _NotStarted:
+    """The keep-alive thread of a hold that has not needed one yet."""
+
+    @staticmethod
+    def is_alive():
+        return False
+
+
+_NOT_STARTED = _NotStarted()
+
+
+class _Starter:
+    """One timer thread for the process that starts a hold's keep-alive thread when it is
+    first due (its first extend; the lease's end without keep-alive). A hold released before
+    then (most holds, with the default ttl of 30 s) costs no thread at all. A started keep-alive
+    runs as before: its own thread, on the hold's own connection, its waits bounded by its
+    own lease, so that no hold's I/O delays another's loss. Holds are kept by weak reference:
+    a released one drops out."""
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.heap = []
+        self.seq = itertools.count()
+        self.thread = None
+        self.pid = None
+        self.wake_at = float("inf")
+
+    def add(self, core, when):
+        with self.cond:
+            if self.thread is None or self.pid != os.getpid():
+                self.heap, self.pid, self.wake_at = [], os.getpid(), float("inf")
+                self.thread = threading.Thread(
+                    target=self.run, name="redis-lock keep-alive starter", daemon=True
+                )
+                self.thread.start()
+            heapq.heappush(self.heap, (when, next(self.seq), weakref.ref(core)))
+            if when < self.wake_at:
+                self.cond.notify()
+
+    def run(self):
+        while True:
+            due = []
+            with self.cond:
+                now = c.monotonic()
+                while self.heap and self.heap[0][0] <= now:
+                    due.append(heapq.heappop(self.heap)[2])
+                if not due:
+                    self.wake_at = self.heap[0][0] if self.heap else float("inf")
+                    self.cond.wait(None if not self.heap else self.wake_at - now)
+                    continue
+            for ref in due:
+                core = ref()
+                if core is not None:
+                    try:
+                        core.start_thread()
+                    except BaseException as e:  # no thread: the hold cannot be vouched for
+                        core.lose(e)
+
+
+_starter = _Starter()

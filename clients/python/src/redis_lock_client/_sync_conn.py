@@ -1,5 +1,10 @@
 """The one connection a hold lives on (sync).
 
+Hold connections are reused: a hold's connection goes back to an idle list of its pool's
+(at most ``MAX_IDLE``) when the hold is released with the connection in step, and the next
+acquire takes it instead of connecting. A connection closed for any reason (an error, a
+timeout, an interrupted wait) is never reused.
+
 A ``LOCK.ACQUIRE … WAIT`` blocks its connection like ``BLPOP`` (README, "LOCK.ACQUIRE"), so it
 gets a connection of its own, outside the client's pool, with a read timeout above the wait.
 After the grant the same connection carries the durable ``WAIT`` (which must follow the
@@ -11,7 +16,10 @@ hold is lost.
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
+import weakref
 
 from redis.cluster import RedisCluster
 from redis.exceptions import ConnectionError, ResponseError
@@ -23,6 +31,45 @@ log = logging.getLogger("redis_lock_client")
 #: How long an abandoned hold's best-effort release may take (KeyboardInterrupt, GC).
 ABANDON_TIMEOUT = 2.0
 _MAX_REDIRECTS = 5
+#: Idle hold connections kept per connection pool.
+MAX_IDLE = 16
+_idle: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # pool -> (pid, [conn])
+_idle_lock = threading.Lock()
+
+
+def _take_idle(pool):
+    """An idle hold connection of ``pool`` that is still in step, or None."""
+    with _idle_lock:
+        entry = _idle.get(pool)
+        if entry is None or entry[0] != os.getpid():
+            return None
+        conns = entry[1]
+    while True:
+        try:
+            conn = conns.pop()
+        except IndexError:
+            return None
+        try:
+            # Readable while idle: closed by the server (EOF), or out of step.
+            if not conn.can_read(timeout=0):
+                return conn
+        except Exception:
+            pass
+        try:
+            conn.disconnect()
+        except Exception:
+            pass
+
+
+def _give_idle(pool, conn):
+    with _idle_lock:
+        entry = _idle.get(pool)
+        if entry is None or entry[0] != os.getpid():
+            entry = _idle[pool] = (os.getpid(), [])
+        if len(entry[1]) < MAX_IDLE:
+            entry[1].append(conn)
+            return
+    conn.disconnect()
 _MAX_TRYAGAIN = 50
 
 
@@ -52,25 +99,44 @@ class HoldConnection:
         self._pool = _pool_for(client, key)
         # The client's own read timeout bounds the release, as it would on the client.
         self.user_timeout = self._pool.connection_kwargs.get("socket_timeout")
-        self._timeout = socket_timeout = wait_socket_timeout(wait_ms, self.user_timeout)
-        self._conn = _make(self._pool, socket_timeout)
+        # The acquire's reply is awaited this long (`within`), above the wait; the socket's
+        # own timeout is the client's, which bounds the rest of a reply.
+        self.wait_timeout = wait_socket_timeout(wait_ms, self.user_timeout)
+        self._timeout = self.user_timeout
+        self._conn = _take_idle(self._pool)
+        if self._conn is None:
+            self._conn = _make(self._pool, self.user_timeout)
         self._address = None
 
     def connect(self):
         try:
-            self._conn.connect()
+            self._conn.connect()  # a no-op on a reused connection
         except BaseException:
             self.close()
             raise
 
-    def call(self, *args, within=None):
+    def give_back(self):
+        """The hold is over and the connection in step: keep it for the next acquire (not one
+        redirected to another node)."""
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        if self._address is not None:
+            conn.disconnect()
+        else:
+            _give_idle(self._pool, conn)
+
+    def call(self, *args, within=None, forever=False):
         """Sends one command and reads its reply; with ``within``, gives up (closing the
-        connection, raising NoReply) if no reply has started to arrive in that many s."""
+        connection, raising NoReply) if no reply has started to arrive in that many s; with
+        ``forever``, waits for the reply without limit."""
         if self._conn is None:
             raise ConnectionError("the hold's connection is closed")
         try:
-            self._conn.send_command(*args)
-            if within is not None and not self._conn.can_read(timeout=max(within, 0.0)):
+            self._conn.send_command(*args, check_health=False)
+            if forever:
+                self._conn.can_read(timeout=None)
+            elif within is not None and not self._conn.can_read(timeout=max(within, 0.0)):
                 raise NoReply(f"no reply to {args[0]} within {within:.3f} s")
             return self._conn.read_response()
         except ResponseError:
@@ -82,13 +148,13 @@ class HoldConnection:
             self.close()
             raise
 
-    def call_routed(self, *args):
+    def call_routed(self, *args, within=None, forever=False):
         """``call`` for a command that a cluster may redirect (MOVED/ASK) or a busy fence
         counter may refuse for a millisecond (TRYAGAIN, README "From your client")."""
         redirects = tryagain = 0
         while True:
             try:
-                return self.call(*args)
+                return self.call(*args, within=within, forever=forever)
             except ResponseError as e:
                 redirect = redirect_of(e)
                 if redirect is not None and redirects < _MAX_REDIRECTS:

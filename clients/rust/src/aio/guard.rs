@@ -29,14 +29,16 @@ pub struct Guard {
 }
 
 impl Guard {
-    /// Wraps a granted hold and starts its keep-alive; needs a tokio runtime.
+    /// Wraps a granted hold and starts its keep-alive; needs a tokio runtime. `conn` carries
+    /// the caller's commands and the release; the keep-alive uses the lock's shared
+    /// connection.
     pub(crate) fn start(hold: Hold, conn: AsyncConn) -> Guard {
         let hold = Arc::new(hold);
         let keepalive = hold
             .spec
             .opts
             .keepalive_every()
-            .map(|every| tokio::spawn(keep_alive(Arc::clone(&hold), conn.clone(), every)));
+            .map(|every| tokio::spawn(keep_alive(Arc::clone(&hold), every)));
         Guard {
             hold,
             conn,
@@ -195,11 +197,14 @@ async fn release(hold: &Hold, mut conn: AsyncConn) -> redis::RedisResult<bool> {
 }
 
 /// Extends every `every` until the hold ends, and ends it on the first answer that is not a
-/// confirmation. No call outlasts the lease: at its end the hold is lost anyway.
-async fn keep_alive(hold: Arc<Hold>, mut conn: AsyncConn, every: Duration) {
+/// confirmation. Each extend goes on the lock's shared connection (see `crate::pool`), and
+/// no call outlasts the lease: at its end the hold is lost anyway. The blocking API runs it
+/// too, on the keep-alive runtime.
+pub(crate) async fn keep_alive(hold: Arc<Hold>, every: Duration) {
     let lease = &hold.lease;
+    let spec = &hold.spec;
     let signal = LossSignal::new(Arc::clone(lease));
-    let cmd = cmds::extend(&hold.spec.key, &hold.token, hold.spec.opts.ttl);
+    let cmd = cmds::extend(&spec.key, &hold.token, spec.opts.ttl);
     loop {
         let due = next_extend(lease.base(), every);
         tokio::select! {
@@ -208,9 +213,20 @@ async fn keep_alive(hold: Arc<Hold>, mut conn: AsyncConn, every: Duration) {
         }
         let Ok(deadline) = lease.status() else { return };
         let sent = Instant::now();
+        let opened = spec.pool.shared(&spec.target, spec.opts.timeout);
+        let (generation, mut conn) = match tokio::time::timeout_at(deadline.into(), opened).await {
+            Ok(Ok(shared)) => shared,
+            Ok(Err(e)) => return lease.end(LossReason::Error(e)),
+            Err(_) => {
+                // The deadline passed first: reading the status records the loss, dated at it.
+                let _ = lease.status();
+                return;
+            }
+        };
         let reply = tokio::time::timeout_at(deadline.into(), conn.query(&cmd, None)).await;
         let Ok(reply) = reply else {
-            // The deadline passed first: reading the status records the loss, dated at it.
+            // No answer within the lease: later holds get a connection of their own.
+            spec.pool.discard_shared(generation);
             let _ = lease.status();
             return;
         };
@@ -221,7 +237,12 @@ async fn keep_alive(hold: Arc<Hold>, mut conn: AsyncConn, every: Duration) {
                 }
             }
             Ok(false) => return lease.end(LossReason::NotHeld),
-            Err(e) => return lease.end(LossReason::Error(e)),
+            Err(e) => {
+                if cmds::outcome_unknown(&e) {
+                    spec.pool.discard_shared(generation);
+                }
+                return lease.end(LossReason::Error(e));
+            }
         }
     }
 }
@@ -235,6 +256,9 @@ pub(crate) struct Pending {
     token: String,
     client_id: Option<i64>,
     timeout: Duration,
+    /// The shared connection the acquire went on: the clean-up releases on it, after the
+    /// acquire (a multiplexed connection keeps the order).
+    shared: Option<AsyncConn>,
     armed: bool,
 }
 
@@ -252,8 +276,20 @@ impl Pending {
             token: token.to_string(),
             client_id,
             timeout,
+            shared: None,
             armed: true,
         }
+    }
+
+    /// For an acquire that does not wait, sent on the shared connection `conn`.
+    pub(crate) fn on_shared(mut self, conn: &AsyncConn) -> Self {
+        self.shared = Some(conn.clone());
+        self
+    }
+
+    /// The shared connection failed: clean up on a fresh one.
+    pub(crate) fn not_shared(&mut self) {
+        self.shared = None;
     }
 
     pub(crate) fn disarm(&mut self) {
@@ -270,7 +306,17 @@ impl Drop for Pending {
             let key = std::mem::take(&mut self.key);
             let token = std::mem::take(&mut self.token);
             let (target, id, timeout) = (self.target.clone(), self.client_id, self.timeout);
-            runtime.spawn(release_abandoned(target, key, token, id, timeout));
+            match self.shared.take() {
+                Some(mut conn) => runtime.spawn(async move {
+                    let release = cmds::release(&key, &token);
+                    if let Err(e) = conn.query(&release, Some(timeout)).await {
+                        if cmds::outcome_unknown(&e) {
+                            release_abandoned(target, key, token, None, timeout).await;
+                        }
+                    }
+                }),
+                None => runtime.spawn(release_abandoned(target, key, token, id, timeout)),
+            };
         }
     }
 }

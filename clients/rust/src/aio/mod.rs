@@ -5,8 +5,8 @@
 //! connection is closed, so the server passes on a grant it had not yet delivered, and a
 //! spawned clean-up releases a grant whose reply was already on its way.
 
-mod conn;
-mod guard;
+pub(crate) mod conn;
+pub(crate) mod guard;
 
 use std::time::Instant;
 
@@ -46,7 +46,7 @@ impl Mutex {
     /// A mutex at `key`, with the default options.
     pub fn new(target: impl Into<Target>, key: impl Into<String>) -> Self {
         Mutex {
-            spec: Spec::new(target, key),
+            spec: Spec::new(target, key, true),
         }
     }
 
@@ -78,7 +78,7 @@ impl RwLock {
     /// A read-write lock at `key`, with the default options.
     pub fn new(target: impl Into<Target>, key: impl Into<String>) -> Self {
         RwLock {
-            spec: Spec::new(target, key),
+            spec: Spec::new(target, key, true),
         }
     }
 
@@ -116,7 +116,7 @@ impl Semaphore {
     /// A semaphore of `permits` permits at `key`, with the default options.
     pub fn new(target: impl Into<Target>, key: impl Into<String>, permits: u32) -> Self {
         Semaphore {
-            spec: Spec::new(target, key),
+            spec: Spec::new(target, key, true),
             permits,
         }
     }
@@ -169,7 +169,83 @@ async fn acquire(spec: &Spec, kind: Kind) -> Result<Guard, Error> {
     if tokio::runtime::Handle::try_current().is_err() {
         return Err(Error::Config("the async API runs in a tokio runtime"));
     }
-    // Dedicated: the WAIT blocks it, as BLPOP does, and dropping it closes it.
+    let started = Instant::now();
+    // First ask once, on the lock's shared connection: an uncontended lock costs one round
+    // trip. Not in durable mode, whose `WAIT` for replicas would hold up the connection.
+    if opts.durable.is_none() {
+        match try_shared(spec, kind).await? {
+            Tried::Granted(guard) => return Ok(guard),
+            Tried::Busy if matches!(opts.wait, Wait::No) => return Err(Error::Timeout),
+            // Held or queued for: wait in the queue. (Or the shared connection failed: try
+            // again on a connection of its own.)
+            Tried::Busy | Tried::Failed => {}
+        }
+    }
+    acquire_dedicated(spec, kind, started).await
+}
+
+enum Tried {
+    Granted(Guard),
+    /// Held, or others queued for it (the server grants in order: asking once jumps no
+    /// queue).
+    Busy,
+    /// The shared connection failed with the outcome unknown; a clean-up releases the token.
+    Failed,
+}
+
+/// `LOCK.ACQUIRE` without `WAIT` on the shared connection. Dropped mid-way, the clean-up
+/// releases the token on the same connection, after the acquire.
+async fn try_shared(spec: &Spec, kind: Kind) -> Result<Tried, Error> {
+    let opts = &spec.opts;
+    let (generation, mut conn) = match spec.pool.shared(&spec.target, opts.timeout).await {
+        Ok(shared) => shared,
+        Err(_) => return Ok(Tried::Failed),
+    };
+    let mut tryagains = 0;
+    loop {
+        let token = cmds::new_token();
+        let mut pending =
+            Pending::new(&spec.target, &spec.key, &token, None, opts.timeout).on_shared(&conn);
+        let sent = Instant::now();
+        let cmd = cmds::acquire(&spec.key, &token, opts.ttl, kind, Wait::No);
+        match conn
+            .query(&cmd, Some(opts.timeout))
+            .await
+            .and_then(cmds::fence_reply)
+        {
+            Ok(Some(fence)) => {
+                pending.disarm();
+                // No wait in the queue: the lease counts from the send, and the keep-alive
+                // renews it in time from there.
+                let hold = Hold::new(spec.clone(), token, kind, fence, sent);
+                return Ok(Tried::Granted(Guard::start(hold, conn)));
+            }
+            Ok(None) => {
+                pending.disarm();
+                return Ok(Tried::Busy);
+            }
+            Err(e) if cmds::is_tryagain(&e) && tryagains < TRYAGAIN_LIMIT => {
+                pending.disarm();
+                tryagains += 1;
+                tokio::time::sleep(tryagain_pause()).await;
+            }
+            Err(e) if cmds::outcome_unknown(&e) => {
+                spec.pool.discard_shared(generation);
+                pending.not_shared();
+                return Ok(Tried::Failed);
+            }
+            Err(e) => {
+                pending.disarm();
+                return Err(e.into());
+            }
+        }
+    }
+}
+
+/// An acquire on a connection of its own, which a `WAIT` blocks as `BLPOP` does, and which
+/// closes when the acquire is dropped (so that the server passes on an undelivered grant).
+async fn acquire_dedicated(spec: &Spec, kind: Kind, started: Instant) -> Result<Guard, Error> {
+    let opts = &spec.opts;
     let mut conn = AsyncConn::open(&spec.target, opts.timeout).await?;
     // Lets the clean-up of a cancelled wait see when the server has dropped this connection.
     let client_id = conn
@@ -177,7 +253,6 @@ async fn acquire(spec: &Spec, kind: Kind) -> Result<Guard, Error> {
         .await
         .and_then(cmds::int_reply)
         .ok();
-    let started = Instant::now();
     let mut tryagains = 0;
     loop {
         let wait = opts.wait.left(started).ok_or(Error::Timeout)?;
