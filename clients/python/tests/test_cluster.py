@@ -1,5 +1,5 @@
 """RedisCluster (sync and asyncio) on three masters: the hold's own connection goes to the
-master of the key's slot, and guarded writes land there (README, "Guarded writes, end to
+master of the key's slot, and guarded writes land there (docs/commands.md, "Guarded writes, end to
 end", step 1: one hash tag for the lock and its data)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-//! The module's commands as redis-rs `Cmd`s, and their replies. See the README's "Commands".
+//! The module's commands as redis-rs `Cmd`s, and their replies. See docs/commands.md.
 
 use std::time::Duration;
 

@@ -36,7 +36,7 @@ impl fmt::Display for LossReason {
 
 /// `LOCK.GUARD` refused the command: the lock is not held under this fence any more (or is
 /// held shared). Nothing ran, and the same call will never succeed: stop working on the
-/// resource. See the README's "Guarded writes, end to end".
+/// resource. See docs/commands.md, "Guarded writes, end to end".
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fenced {
     /// The server's reason, e.g. `the lock is held under a newer fence`.

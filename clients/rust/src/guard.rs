@@ -37,7 +37,7 @@ impl Hold {
 
     /// Notes a `FENCED` refusal of a write under `fence`: news that the hold is gone when
     /// the lock is not held, or held under a newer fence than any this hold took (the
-    /// refusals are listed in the README's "Errors").
+    /// refusals are listed in docs/commands.md, "Errors").
     pub(crate) fn note_fenced(&self, fence: u64, refusal: &Fenced) {
         let gone = match refusal.reason.as_str() {
             "the lock is not held" => true,

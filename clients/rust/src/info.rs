@@ -17,7 +17,7 @@ pub enum Mode {
     None,
 }
 
-/// A lock's state, from `LOCK.INFO` (see the README's `LOCK.INFO`).
+/// A lock's state, from `LOCK.INFO` (see docs/commands.md, `LOCK.INFO`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LockInfo {
     /// The exclusive holder's token; `None` when held shared or not at all.

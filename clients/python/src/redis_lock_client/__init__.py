@@ -2,7 +2,7 @@
 ``LOCK.*`` commands, with a keep-alive that reports a lost lease, fences and guarded
 writes. ``redis_lock_client`` is the sync API (redis-py's ``Redis``, ``RedisCluster``);
 ``redis_lock_client.asyncio`` the same on ``redis.asyncio``. See README.md beside this
-package and the project's README ("Commands")."""
+package and the project's docs/commands.md."""
 
 from ._common import Fenced, Holder, LockError, LockInfo, LockLost, NotAcquired, NotDurable
 from ._sync import Hold, Lock, ReaderLock, ReadWriteLock, Semaphore

@@ -1,5 +1,5 @@
 """What the sync and asyncio halves share: errors, argument building, reply parsing and
-the lease arithmetic. The commands and their replies are those of the project README
+the lease arithmetic. The commands and their replies are those of the project's docs/commands.md
 ("Commands"); nothing here does I/O."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class LockError(Exception):
     """Base of this library's errors.
 
     Deliberately not a ``redis.RedisError``: code that retries or logs Redis errors must not
-    swallow a lost lock by accident (README, "Guarded writes, end to end", step 4).
+    swallow a lost lock by accident (docs/commands.md, "Guarded writes, end to end", step 4).
     """
 
 

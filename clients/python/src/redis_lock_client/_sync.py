@@ -23,7 +23,7 @@ HELD, LOST, RELEASED, ABANDONED = "held", "lost", "released", "abandoned"
 
 
 class _Kind:
-    """A lock key and how to acquire it; ``options`` are LOCK.ACQUIRE's (README, "Shared
+    """A lock key and how to acquire it; ``options`` are LOCK.ACQUIRE's (docs/commands.md, "Shared
     holds"). Holds nothing itself, so one object can be shared by threads."""
 
     _options: tuple = ()
@@ -117,7 +117,7 @@ class ReaderLock(_Kind):
 
 class ReadWriteLock:
     """Readers share the key (``.read``), a writer holds it alone (``.write``); a queued
-    writer holds back the readers behind it (README, "Read-write locks and semaphores")."""
+    writer holds back the readers behind it (docs/CLIENTS.md, "Read-write locks and semaphores")."""
 
     def __init__(self, client, name, ttl: float = 30.0, **options):
         self.name = name

@@ -5,12 +5,12 @@ Hold connections are reused: a hold's connection goes back to an idle list of it
 acquire takes it instead of connecting. A connection closed for any reason (an error, a
 timeout, an interrupted wait) is never reused.
 
-A ``LOCK.ACQUIRE … WAIT`` blocks its connection like ``BLPOP`` (README, "LOCK.ACQUIRE"), so it
-gets a connection of its own, outside the client's pool, with a read timeout above the wait.
-After the grant the same connection carries the durable ``WAIT`` (which must follow the
-grant on the connection that was told of it: README, "From your client", step 3) and the
-keep-alive extends. It is never reconnected behind the hold's back: once it breaks, the
-hold is lost.
+A ``LOCK.ACQUIRE … WAIT`` blocks its connection like ``BLPOP`` (docs/commands.md,
+"LOCK.ACQUIRE"), so it gets a connection of its own, outside the client's pool, with a read
+timeout above the wait. After the grant the same connection carries the durable ``WAIT``
+(which must follow the grant on the connection that was told of it: docs/CLIENTS.md, "The
+recommended pattern", step 3) and the keep-alive extends. It is never reconnected behind the
+hold's back: once it breaks, the hold is lost.
 """
 
 from __future__ import annotations
@@ -150,7 +150,8 @@ class HoldConnection:
 
     def call_routed(self, *args, within=None, forever=False):
         """``call`` for a command that a cluster may redirect (MOVED/ASK) or a busy fence
-        counter may refuse for a millisecond (TRYAGAIN, README "From your client")."""
+        counter may refuse for a millisecond (TRYAGAIN: docs/CLIENTS.md, "The recommended
+        pattern", step 8)."""
         redirects = tryagain = 0
         while True:
             try:
