@@ -1,4 +1,4 @@
-"""One worker of the mutual-exclusion test (clients/rust/tests/exclusion.rs runs 8 of these
+"""One worker of the mutual-exclusion test (clients/rust/tests/exclusion/ runs 8 of these
 beside 8 of clients/rust/examples/exclusion_worker.rs, the same program in Rust).
 
     python exclusion_worker.py --url redis://127.0.0.1:6390/ --id py-1 --duration-ms 5000

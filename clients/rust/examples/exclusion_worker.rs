@@ -1,4 +1,4 @@
-//! One worker of the mutual-exclusion test (`clients/rust/tests/exclusion.rs`, which runs 8
+//! One worker of the mutual-exclusion test (`clients/rust/tests/exclusion/`, which runs 8
 //! of these beside 8 of `clients/python/tests/exclusion_worker.py`): until its time is up it
 //! picks one of a few keys at random, takes a [`Mutex`] on `{res:N}:lock` with a short lease,
 //! makes guarded writes under the hold's fence, and releases.
