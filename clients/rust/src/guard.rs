@@ -13,6 +13,43 @@ use crate::pool::Starter;
 use crate::signal::{Lease, LossSignal};
 use crate::sync_conn::SyncConn;
 
+/// The accessors a guard has of its hold, the same for the blocking and the async guard
+/// (each holds its hold as `hold: Arc<Hold>`).
+macro_rules! hold_accessors {
+    () => {
+        /// The lock key.
+        pub fn key(&self) -> &str {
+            &self.hold.spec.key
+        }
+
+        /// This hold's token (fresh for each acquisition).
+        pub fn token(&self) -> &str {
+            &self.hold.token
+        }
+
+        /// The hold's fence: pass it with every write the lock protects.
+        pub fn fence(&self) -> u64 {
+            self.hold.fence.load(Ordering::SeqCst)
+        }
+
+        /// The kind of hold.
+        pub fn kind(&self) -> Kind {
+            self.hold.kind
+        }
+
+        /// A handle that fires when the hold is lost (or released); clone it into the work.
+        pub fn signal(&self) -> LossSignal {
+            LossSignal::new(Arc::clone(&self.hold.lease))
+        }
+
+        /// True once the hold is lost; see [`LossSignal::is_lost`].
+        pub fn is_lost(&self) -> bool {
+            self.hold.lease.status().is_err()
+        }
+    };
+}
+pub(crate) use hold_accessors;
+
 /// What a hold is, shared by a guard and its keep-alive.
 pub(crate) struct Hold {
     pub spec: Spec,
@@ -94,35 +131,7 @@ impl Guard {
         Ok(guard)
     }
 
-    /// The lock key.
-    pub fn key(&self) -> &str {
-        &self.hold.spec.key
-    }
-
-    /// This hold's token (fresh for each acquisition).
-    pub fn token(&self) -> &str {
-        &self.hold.token
-    }
-
-    /// The hold's fence: pass it with every write the lock protects.
-    pub fn fence(&self) -> u64 {
-        self.hold.fence.load(Ordering::SeqCst)
-    }
-
-    /// The kind of hold.
-    pub fn kind(&self) -> Kind {
-        self.hold.kind
-    }
-
-    /// A handle that fires when the hold is lost (or released); clone it into the work.
-    pub fn signal(&self) -> LossSignal {
-        LossSignal::new(Arc::clone(&self.hold.lease))
-    }
-
-    /// True once the hold is lost; see [`LossSignal::is_lost`].
-    pub fn is_lost(&self) -> bool {
-        self.hold.lease.status().is_err()
-    }
+    hold_accessors!();
 
     /// Blocks until the hold is lost; see [`LossSignal::wait`].
     pub fn wait_lost(&self) -> LossReason {

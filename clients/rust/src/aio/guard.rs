@@ -47,35 +47,7 @@ impl Guard {
         }
     }
 
-    /// The lock key.
-    pub fn key(&self) -> &str {
-        &self.hold.spec.key
-    }
-
-    /// This hold's token (fresh for each acquisition).
-    pub fn token(&self) -> &str {
-        &self.hold.token
-    }
-
-    /// The hold's fence: pass it with every write the lock protects.
-    pub fn fence(&self) -> u64 {
-        self.hold.fence.load(Ordering::SeqCst)
-    }
-
-    /// The kind of hold.
-    pub fn kind(&self) -> Kind {
-        self.hold.kind
-    }
-
-    /// A handle that fires when the hold is lost (or released); clone it into the work.
-    pub fn signal(&self) -> LossSignal {
-        LossSignal::new(Arc::clone(&self.hold.lease))
-    }
-
-    /// True once the hold is lost; see [`LossSignal::is_lost`].
-    pub fn is_lost(&self) -> bool {
-        self.hold.lease.status().is_err()
-    }
+    crate::guard::hold_accessors!();
 
     /// Resolves when the hold is lost, with why; see [`LossSignal::lost`].
     pub async fn lost(&self) -> LossReason {
