@@ -140,6 +140,19 @@ pub fn wait_deadline(
     Ok(Some(now_mono.saturating_add(timeout.saturating_mul(1000))))
 }
 
+/// `LOCK.OBSERVE key seen timeout`: the state the caller last saw (a fence, or 0) and the
+/// wait's timeout in ms (`0` waits without limit).
+pub fn observe(args: &[&[u8]]) -> Result<(u64, u64), LockError> {
+    let [seen, timeout] = args else {
+        return Err(LockError::Arity);
+    };
+    let seen = integer(seen).ok_or(LockError::NotAnInteger("seen"))?;
+    if seen < 0 {
+        return Err(LockError::Negative("seen"));
+    }
+    Ok((seen as u64, timeout_arg(timeout)?))
+}
+
 /// `LOCK.EXTEND key token ttl`.
 pub fn extend<'a>(args: &[&'a [u8]], max_ttl: i64) -> Result<(&'a [u8], u64), LockError> {
     match args {
@@ -277,6 +290,28 @@ fn integer(bytes: &[u8]) -> Option<i64> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn observe_takes_a_state_and_a_timeout() {
+        assert_eq!(observe(&[b"0", b"0"]), Ok((0, 0)));
+        assert_eq!(
+            observe(&[b"9223372036854775807", b"1500"]),
+            Ok((i64::MAX as u64, 1500))
+        );
+        assert_eq!(observe(&[b"-1", b"0"]), Err(LockError::Negative("seen")));
+        assert_eq!(observe(&[b"x", b"0"]), Err(LockError::NotAnInteger("seen")));
+        assert_eq!(
+            observe(&[b"18446744073709551615", b"0"]),
+            Err(LockError::NotAnInteger("seen"))
+        );
+        assert_eq!(observe(&[b"1", b"-1"]), Err(LockError::NegativeTimeout));
+        assert_eq!(
+            observe(&[b"1", b"1.5"]),
+            Err(LockError::NotAnInteger("timeout"))
+        );
+        assert_eq!(observe(&[b"1"]), Err(LockError::Arity));
+        assert_eq!(observe(&[b"1", b"2", b"3"]), Err(LockError::Arity));
+    }
+
     #[test]
     fn a_guard_fence_is_a_positive_integer() {
         assert_eq!(guard_fence(b"1"), Ok(1));

@@ -101,6 +101,19 @@ const FENCE: Arg = Arg {
     flags: 0,
 };
 
+const SEEN: Arg = Arg {
+    name: c"seen",
+    kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+    token: None,
+    flags: 0,
+};
+const OBSERVE_TIMEOUT: Arg = Arg {
+    name: c"timeout",
+    kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+    token: None,
+    flags: 0,
+};
+
 const COMMAND: Arg = Arg {
     name: c"command",
     kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
@@ -125,7 +138,7 @@ const VARIABLE: u32 = raw::REDISMODULE_CMD_KEY_VARIABLE_FLAGS;
 
 /// Every command but `LOCK.HIGHWATER` has its key at position 1 (first key 1, last key 1,
 /// step 1).
-const COMMANDS: [Command; 9] = [
+const COMMANDS: &[Command] = &[
     Command {
         name: c"lock.acquire",
         flags: c"write deny-oom fast blocking",
@@ -187,6 +200,17 @@ const COMMANDS: [Command; 9] = [
         handler: commands::holders,
     },
     Command {
+        name: c"lock.observe",
+        // Not `fast`: it may block, as `XREAD` is not.
+        flags: c"readonly blocking",
+        arity: 4,
+        key_flags: RO | ACCESS,
+        args: &[KEY, SEEN, OBSERVE_TIMEOUT],
+        summary: c"Returns a lock's LOCK.INFO once the newest fence among its holds (0 if none) differs from seen: at once, or at the change; at the timeout in any case",
+        complexity: c"O(1); O(H) on a key with H shared holds",
+        handler: commands::observe,
+    },
+    Command {
         name: c"lock.guard",
         // Not `deny-oom`: the guarded command's own flag decides, when it runs. Not `fast`:
         // it runs whatever it guards. `getkeys-api`: the guarded command's keys are
@@ -232,18 +256,7 @@ const INLINE_ARGS: usize = 10;
 /// Registers every command with its flags, info and (where the server has the API) ACL
 /// category.
 pub fn register(ctx: &Context) -> Result<(), String> {
-    let entries: [raw::RedisModuleCmdFunc; 9] = [
-        Some(entry::<0>),
-        Some(entry::<1>),
-        Some(entry::<2>),
-        Some(entry::<3>),
-        Some(entry::<4>),
-        Some(entry::<5>),
-        Some(entry::<6>),
-        Some(entry::<7>),
-        Some(entry::<8>),
-    ];
-    for (command, entry) in COMMANDS.iter().zip(entries) {
+    for (command, entry) in COMMANDS.iter().zip(ENTRIES) {
         let name = command.name.to_string_lossy();
         let key = c_int::from(command.key_flags != 0);
         // SAFETY: ctx.ctx is the OnLoad context; the strings are NUL-terminated statics and
@@ -384,6 +397,21 @@ fn describe(handle: *mut raw::RedisModuleCommand, command: &Command) -> Result<(
         Err(())
     }
 }
+
+/// The C entry point of each row of `COMMANDS`, in order. Its length is the table's: a row
+/// added without its entry point does not compile.
+const ENTRIES: [raw::RedisModuleCmdFunc; COMMANDS.len()] = [
+    Some(entry::<0>),
+    Some(entry::<1>),
+    Some(entry::<2>),
+    Some(entry::<3>),
+    Some(entry::<4>),
+    Some(entry::<5>),
+    Some(entry::<6>),
+    Some(entry::<7>),
+    Some(entry::<8>),
+    Some(entry::<9>),
+];
 
 /// The C entry point of command `I` of `COMMANDS`.
 extern "C" fn entry<const I: usize>(

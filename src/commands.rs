@@ -2,17 +2,15 @@
 //! reply. Every argument is checked here, before the engine touches a key, so that a bad
 //! one changes nothing.
 
-use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
+use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
 use crate::args;
 use crate::clock;
-use crate::clock::Now;
 use crate::config;
-use crate::engine::{self, Acquired};
+use crate::describe;
+use crate::engine::{self, Acquired, Observed};
 use crate::error::LockError;
 use crate::guard;
-use crate::keyspace::{selected_db, LockKey};
-use crate::lock::{Lock, Mode};
 use crate::stats;
 
 /// The time this command judges leases by (see `clock::now_for`).
@@ -108,89 +106,38 @@ pub fn fence(ctx: &Context, args: &[RedisString]) -> RedisResult {
     Ok(fence.map_or(RedisValue::Null, integer))
 }
 
-/// `LOCK.INFO key` and `LOCK.HOLDERS key`: `reply` describes the lock at the key, given
-/// the time and the clients queued for it; null if there is none.
-fn read_lock(
-    ctx: &Context,
-    args: &[RedisString],
-    reply: impl FnOnce(&Lock, Now, usize) -> RedisResult,
-) -> RedisResult {
+/// `LOCK.INFO key` and `LOCK.HOLDERS key`: no argument after the key.
+fn key_only(args: &[RedisString]) -> Result<&RedisString, LockError> {
     let call = Call::split(args)?;
     if !call.rest.is_empty() {
-        return Err(LockError::Arity.into());
+        return Err(LockError::Arity);
     }
-    let mut key = LockKey::open_read(ctx, call.key);
-    let Some(lock) = key.lock()? else {
-        return Ok(RedisValue::Null);
-    };
-    let now = now(ctx);
-    let waiters = engine::queued_at(selected_db(ctx), call.key.as_slice());
-    // A lock nobody holds and nobody waits for is a removed key, also in the moment before
-    // the sweep (or, on a replica, the master's DEL) takes it away.
-    if !lock.is_held(now) && waiters == 0 {
-        return Ok(RedisValue::Null);
-    }
-    reply(lock, now, waiters)
+    Ok(call.key)
 }
 
 /// `LOCK.INFO key`: a map of holder, fence, ttl, waiters, mode and holders (a flat array
 /// under RESP2).
 pub fn info(ctx: &Context, args: &[RedisString]) -> RedisResult {
-    read_lock(ctx, args, |lock, now, waiters| {
-        info_reply(ctx, lock, now, waiters)
-    })
-}
-
-fn info_reply(ctx: &Context, lock: &Lock, now: Now, waiters: usize) -> RedisResult {
-    // Straight to the reply API, as GET does: a `RedisValue` per field cost a third more.
-    let info = lock.info(now);
-    raw::reply_with_map(ctx.ctx, 6);
-    // Bulk strings, as HGETALL replies field names (and the mode).
-    reply_bulk(ctx, b"holder");
-    match info.holder {
-        Some(token) => reply_bulk(ctx, token),
-        None => {
-            raw::reply_with_null(ctx.ctx);
-        }
-    }
-    reply_bulk(ctx, b"fence");
-    reply_int(ctx, info.fence as i64);
-    reply_bulk(ctx, b"ttl");
-    reply_int(ctx, info.ttl);
-    reply_bulk(ctx, b"waiters");
-    reply_int(ctx, waiters as i64);
-    reply_bulk(ctx, b"mode");
-    reply_bulk(ctx, info.mode.map_or("none", Mode::name).as_bytes());
-    reply_bulk(ctx, b"holders");
-    reply_int(ctx, info.holders as i64);
-    Ok(RedisValue::NoReply)
-}
-
-fn reply_bulk(ctx: &Context, bytes: &[u8]) {
-    raw::reply_with_string_buffer(ctx.ctx, bytes.as_ptr().cast(), bytes.len());
-}
-
-fn reply_int(ctx: &Context, n: i64) {
-    raw::reply_with_long_long(ctx.ctx, n);
+    describe::info(ctx, key_only(args)?, now(ctx))
 }
 
 /// `LOCK.HOLDERS key`: `[token, fence, ttl, mode]` for each live hold, in grant order.
 pub fn holders(ctx: &Context, args: &[RedisString]) -> RedisResult {
-    read_lock(ctx, args, |lock, now, _| holders_reply(ctx, lock, now))
+    describe::holders(ctx, key_only(args)?, now(ctx))
 }
 
-fn holders_reply(ctx: &Context, lock: &Lock, now: Now) -> RedisResult {
-    let mode = lock.mode().name();
-    let live: Vec<_> = lock.holds().filter(|h| h.is_live(now)).collect();
-    raw::reply_with_array(ctx.ctx, live.len() as std::os::raw::c_long);
-    for h in live {
-        raw::reply_with_array(ctx.ctx, 4);
-        ctx.reply(Ok(RedisValue::StringBuffer(h.token.to_vec())));
-        ctx.reply(Ok(integer(h.fence)));
-        ctx.reply(Ok(RedisValue::Integer(h.ttl_ms(now))));
-        reply_bulk(ctx, mode.as_bytes());
+/// `LOCK.OBSERVE key seen timeout`: the key's `LOCK.INFO` once its state differs from
+/// `seen`, at once or at the change; at the timeout in any case.
+pub fn observe(ctx: &Context, args: &[RedisString]) -> RedisResult {
+    let call = Call::split(args)?;
+    let (seen, timeout) = args::observe(call.bytes(&mut Slices::default()))?;
+    let now = now(ctx);
+    let timeout_at = args::wait_deadline(timeout, now.mono, now.wall())?;
+    match engine::observe(ctx, call.key, seen, timeout_at, now)? {
+        Observed::Now => describe::info(ctx, call.key, now),
+        // Blocked: the reply comes with the change or the timeout.
+        Observed::Blocked => Ok(RedisValue::NoReply),
     }
-    Ok(RedisValue::NoReply)
 }
 
 /// `LOCK.GUARD key fence command [arg ...]`: the command's own reply, if `fence` guards the

@@ -19,6 +19,8 @@ pub enum LockError {
     NotAnInteger(&'static str),
     /// `name` was an integer, but not a positive one (a fence of 0).
     NotPositive(&'static str),
+    /// `name` was a negative integer where none may be (`LOCK.OBSERVE`'s `seen`).
+    Negative(&'static str),
     /// `ttl` outside `1..=max`.
     TtlOutOfRange {
         max: i64,
@@ -107,6 +109,7 @@ impl fmt::Display for LockError {
                 write!(f, "ERR {name} is not an integer or out of range")
             }
             LockError::NotPositive(name) => write!(f, "ERR {name} must be a positive integer"),
+            LockError::Negative(name) => write!(f, "ERR {name} must not be negative"),
             LockError::TtlOutOfRange { max } => {
                 write!(f, "ERR ttl must be between 1 and {max} (lock.max-ttl)")
             }

@@ -15,9 +15,9 @@ use redis_module_macros::{
 };
 
 use crate::blocked::{self, Handle};
-use crate::engine::{self, Arrival, Reply};
+use crate::engine::{self, Arrival, Reply, Unblocked};
 use crate::keyspace::{self, selected_db};
-use crate::{guard, replication, stats};
+use crate::{describe, guard, replication, stats};
 
 /// Subscribes to what the crate has no handler list for: `FLUSHDB` (with the database it
 /// flushes), `SWAPDB`, `FORK_CHILD`, modules loaded and unloaded, and the keyspace events
@@ -272,13 +272,24 @@ unsafe extern "C" fn on_command(filter: *mut raw::RedisModuleCommandFilterCtx) {
     }
 }
 
-/// A waiter's reply is due: granted, null, or the error of a demoted master.
+/// A waiter's reply is due: granted, null, or the error of a demoted master. Or an
+/// observer's: the key's `LOCK.INFO` now.
 unsafe extern "C" fn on_reply(
     ctx: *mut raw::RedisModuleCtx,
     _argv: *mut *mut raw::RedisModuleString,
     _argc: c_int,
 ) -> c_int {
-    match engine::deliver(blocked::woken_id(ctx)) {
+    let id = blocked::woken_id(ctx);
+    if engine::is_observer(id) {
+        match engine::deliver_observation(id) {
+            Some(key) => reply_observed(&Context::new(ctx), &key),
+            None => {
+                raw::reply_with_null(ctx);
+            }
+        }
+        return raw::REDISMODULE_OK as c_int;
+    }
+    match engine::deliver(id) {
         Reply::Granted(fence) => {
             raw::reply_with_long_long(ctx, fence as i64);
         }
@@ -294,15 +305,31 @@ unsafe extern "C" fn on_reply(
     raw::REDISMODULE_OK as c_int
 }
 
-/// `CLIENT UNBLOCK` on a waiter (without `ERROR`): null, as a `BLPOP` gets.
+/// `CLIENT UNBLOCK` (without `ERROR`): a waiter gets null, as a `BLPOP` does; an observer
+/// gets the key's `LOCK.INFO`, as at its timeout.
 unsafe extern "C" fn on_unblock(
     ctx: *mut raw::RedisModuleCtx,
     _argv: *mut *mut raw::RedisModuleString,
     _argc: c_int,
 ) -> c_int {
-    engine::unblocked_by_client(&Context::new(ctx), blocked::handle_of(ctx));
-    raw::reply_with_null(ctx);
+    let context = Context::new(ctx);
+    match engine::unblocked_by_client(&context, blocked::handle_of(ctx)) {
+        Unblocked::Observer(key) => reply_observed(&context, &key),
+        Unblocked::Waiter => {
+            raw::reply_with_null(ctx);
+        }
+    }
     raw::REDISMODULE_OK as c_int
+}
+
+/// An observer's reply: the `LOCK.INFO` of the key it observed, in the database its client
+/// has selected (it cannot select another while blocked).
+fn reply_observed(ctx: &Context, key: &[u8]) {
+    let name = RedisString::create_from_slice(ctx.ctx, key);
+    let reply = describe::info(ctx, &name, crate::clock::now());
+    if !matches!(reply, Ok(RedisValue::NoReply)) {
+        ctx.reply(reply);
+    }
 }
 
 /// A waiter disconnected, or `CLIENT UNBLOCK … ERROR` ended its wait (the server replies
@@ -330,6 +357,7 @@ fn info_section(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     let fields = [
         ("held", stats::locks()),
         ("waiting_clients", engine::waiting_clients() as i64),
+        ("observing_clients", engine::observing_clients() as i64),
         ("acquires", stats::ACQUIRES.get()),
         ("contended_acquires", stats::CONTENDED.get()),
         ("releases", stats::RELEASES.get()),
@@ -338,6 +366,7 @@ fn info_section(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         ("lease_ends", stats::LEASE_ENDS.get()),
         ("grants", stats::GRANTS.get()),
         ("wait_timeouts", stats::WAIT_TIMEOUTS.get()),
+        ("observers_answered", stats::OBSERVERS_ANSWERED.get()),
         ("evictions", stats::EVICTIONS.get()),
         ("guarded_runs", stats::GUARDED_RUNS.get()),
         ("guarded_refusals", stats::GUARDED_REFUSALS.get()),

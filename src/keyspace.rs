@@ -30,7 +30,72 @@ enum Slot {
     Other,
 }
 
-/// An open key whose value is a lock, nothing, or another type.
+/// Opens `name` in `mode`: the handle (NULL for a read of a missing key) and what it holds.
+fn open_slot(ctx: &Context, name: &RedisString, mode: u32) -> (*mut raw::RedisModuleKey, Slot) {
+    // SAFETY: ctx.ctx and name.inner are live; the handle Redis returns stays valid until
+    // CloseKey in the handle's Drop. A read-only open of a missing key returns NULL, which
+    // every call below accepts (it reads as an empty key).
+    let key = unsafe { raw::RedisModule_OpenKey.unwrap()(ctx.ctx, name.inner, mode as c_int) };
+    let key: *mut raw::RedisModuleKey = key.cast();
+    // SAFETY: the handle is open (or NULL, which both calls accept). A value of the lock
+    // type was stored by `LockKey::store` as a Box<Lock> and is freed only through the
+    // type's free callback.
+    let slot = unsafe {
+        if key.is_null() {
+            Slot::Empty
+        } else if raw::RedisModule_ModuleTypeGetType.unwrap()(key) == lock_type() {
+            Slot::Lock(raw::RedisModule_ModuleTypeGetValue.unwrap()(key).cast())
+        } else if raw::RedisModule_KeyType.unwrap()(key) == raw::REDISMODULE_KEYTYPE_EMPTY as c_int
+        {
+            Slot::Empty
+        } else {
+            Slot::Other
+        }
+    };
+    (key, slot)
+}
+
+fn close(key: *mut raw::RedisModuleKey) {
+    if !key.is_null() {
+        // SAFETY: opened in `open_slot`, closed once, by the handle's Drop.
+        unsafe { raw::RedisModule_CloseKey.unwrap()(key) };
+    }
+}
+
+/// A key opened for reading (`LOCK.INFO`, `LOCK.GUARD`'s check, `LOCK.OBSERVE`): its lock
+/// can be looked at, never changed.
+pub struct ReadKey {
+    key: *mut raw::RedisModuleKey,
+    slot: Slot,
+}
+
+impl ReadKey {
+    /// Opens `name` in the context's selected database, for reading.
+    pub fn open(ctx: &Context, name: &RedisString) -> ReadKey {
+        let (key, slot) = open_slot(ctx, name, raw::REDISMODULE_READ);
+        ReadKey { key, slot }
+    }
+
+    /// The lock at this key, `None` if the key is empty, `WRONGTYPE` for another type.
+    pub fn lock(&self) -> Result<Option<&Lock>, LockError> {
+        match self.slot {
+            Slot::Empty => Ok(None),
+            // SAFETY: the value is alive while the key holds it, and nothing changes it for
+            // as long as the returned borrow of `self` lasts (it is shared, and this handle
+            // cannot delete the key).
+            Slot::Lock(lock) => Ok(Some(unsafe { &*lock })),
+            Slot::Other => Err(LockError::WrongType),
+        }
+    }
+}
+
+impl Drop for ReadKey {
+    fn drop(&mut self) {
+        close(self.key);
+    }
+}
+
+/// An open key whose value is a lock, nothing, or another type, opened for writing.
 ///
 /// The value's type is looked up once, when the key is opened. The lock is reached only
 /// through `&mut self`, so no reference to it outlives the handle, and none is alive when
@@ -43,36 +108,7 @@ pub struct LockKey {
 impl LockKey {
     /// Opens `name` in the context's selected database, for reading and writing.
     pub fn open(ctx: &Context, name: &RedisString) -> LockKey {
-        Self::open_mode(ctx, name, raw::REDISMODULE_READ | raw::REDISMODULE_WRITE)
-    }
-
-    /// Opens `name` for reading only (`LOCK.INFO`).
-    pub fn open_read(ctx: &Context, name: &RedisString) -> LockKey {
-        Self::open_mode(ctx, name, raw::REDISMODULE_READ)
-    }
-
-    fn open_mode(ctx: &Context, name: &RedisString, mode: u32) -> LockKey {
-        // SAFETY: ctx.ctx and name.inner are live; the handle Redis returns stays valid
-        // until CloseKey in Drop. A read-only open of a missing key returns NULL, which every
-        // call below accepts (it reads as an empty key).
-        let key = unsafe { raw::RedisModule_OpenKey.unwrap()(ctx.ctx, name.inner, mode as c_int) };
-        let key: *mut raw::RedisModuleKey = key.cast();
-        // SAFETY: the handle is open (or NULL, which both calls accept). A value of the lock
-        // type was stored by `store` as a Box<Lock> and is freed only through the type's
-        // free callback.
-        let slot = unsafe {
-            if key.is_null() {
-                Slot::Empty
-            } else if raw::RedisModule_ModuleTypeGetType.unwrap()(key) == lock_type() {
-                Slot::Lock(raw::RedisModule_ModuleTypeGetValue.unwrap()(key).cast())
-            } else if raw::RedisModule_KeyType.unwrap()(key)
-                == raw::REDISMODULE_KEYTYPE_EMPTY as c_int
-            {
-                Slot::Empty
-            } else {
-                Slot::Other
-            }
-        };
+        let (key, slot) = open_slot(ctx, name, raw::REDISMODULE_READ | raw::REDISMODULE_WRITE);
         LockKey { key, slot }
     }
 
@@ -115,8 +151,7 @@ impl LockKey {
         if self.key.is_null() {
             return;
         }
-        // SAFETY: the handle is open for writing (a read-only handle never holds a lock
-        // that the engine deletes: INFO changes nothing).
+        // SAFETY: the handle is open for writing.
         unsafe { raw::RedisModule_DeleteKey.unwrap()(self.key) };
         self.slot = Slot::Empty;
     }
@@ -124,10 +159,7 @@ impl LockKey {
 
 impl Drop for LockKey {
     fn drop(&mut self) {
-        if !self.key.is_null() {
-            // SAFETY: opened in `open_mode`, closed once.
-            unsafe { raw::RedisModule_CloseKey.unwrap()(self.key) };
-        }
+        close(self.key);
     }
 }
 

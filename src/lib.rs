@@ -22,6 +22,7 @@ mod clock;
 mod command_table;
 mod commands;
 mod config;
+mod describe;
 mod engine;
 mod error;
 mod events;

@@ -41,6 +41,8 @@ pub static LEASE_ENDS: Counter = Counter::new();
 pub static GRANTS: Counter = Counter::new();
 /// Waits that ended without the lock: timed out, or `CLIENT UNBLOCK`.
 pub static WAIT_TIMEOUTS: Counter = Counter::new();
+/// Blocked `LOCK.OBSERVE` calls answered: by a change, a timeout or `CLIENT UNBLOCK`.
+pub static OBSERVERS_ANSWERED: Counter = Counter::new();
 /// Locks the server evicted (`maxmemory` with an `allkeys-*` policy).
 pub static EVICTIONS: Counter = Counter::new();
 

@@ -21,7 +21,7 @@ use super::ops::{Propagation, Removal};
 use super::state::{with, with_fences, Engine, Withdrawal};
 use crate::blocked;
 use crate::clock::{self, Now};
-use crate::keyspace::{key_in_db, signal_modified, LockKey};
+use crate::keyspace::{key_in_db, LockKey};
 use crate::lock::{Acquire, AcquireError, Lock, Mode};
 use crate::propagate;
 use crate::propagate::TokenArg;
@@ -99,7 +99,7 @@ impl Engine {
             // Other shared holds stay: the lock is filed under the earliest of them.
             let earliest = leases::update(leases::address(lock), indexed, Some(lock.deadline()));
             self.arm(ctx, earliest, now);
-            signal_modified(ctx, name);
+            self.modified(ctx, name, db, Some(lock), now);
             return;
         }
         let at = leases::address(lock);
@@ -112,7 +112,7 @@ impl Engine {
             Removal::Ended(_) => propagate::replicate_del(ctx, name),
             Removal::Verbatim => ctx.replicate_verbatim(),
         }
-        signal_modified(ctx, name);
+        self.modified(ctx, name, db, None, now);
     }
 
     /// Grants `lock` to the head of its queue, then to the new head, and so on while the
@@ -230,7 +230,7 @@ impl Engine {
                 propagate::replicate_release(ctx, name, token);
             }
             leases::update(leases::address(lock), indexed, Some(lock.deadline()));
-            signal_modified(ctx, name);
+            self.modified(ctx, name, db, Some(lock), now);
             return ended.len();
         }
         self.pass_on(ctx, key, db, name, indexed, now, Removal::Ended(&ended));
@@ -263,6 +263,7 @@ impl Engine {
             blocked::wake(handle, id);
             stats::WAIT_TIMEOUTS.bump();
         }
+        self.end_due_observations(now.mono);
         self.note_heads_left();
         let flags = ctx.get_flags();
         let (replica, loading) = (
@@ -289,7 +290,8 @@ impl Engine {
             }
             masters_due = self.end_due_leases(ctx, now, replica);
         }
-        let mut next = [leases::earliest(), self.waiters.next_timeout()]
+        let timeouts = [self.waiters.next_timeout(), self.observers.next_timeout()];
+        let mut next = [leases::earliest(), timeouts[0], timeouts[1]]
             .into_iter()
             .flatten()
             .min();

@@ -10,6 +10,7 @@
 //! - `state.rs`: the state, and the only way to reach it.
 //! - `ops.rs`: what the commands do.
 //! - `handoff.rs`: how a free lock passes on, the sweep of due deadlines, and the timer.
+//! - `observe.rs`: `LOCK.OBSERVE`, and the one path by which a change reaches observers.
 //! - `server.rs`: what the server does around a key, and blocked clients that leave.
 //!
 //! Everything but the lease index is touched by the main thread only, and is thread-local
@@ -20,6 +21,8 @@
 
 mod handoff;
 pub mod leases;
+mod observe;
+mod observers;
 mod ops;
 mod server;
 mod state;
@@ -27,10 +30,11 @@ pub mod waiters;
 
 // The adapters' entry points.
 pub use handoff::{aof_rewrite_started, highwater, on_cron};
+pub use observe::{deliver_observation, is_observer, observe, Observed};
 pub use ops::{acquire, apply, extend, fence, guard, is_replay, queued_at, release, Acquired};
 pub use server::{
     blocked_client_left, deliver, demoted, evicted, flushed, relocated, swapped,
-    unblocked_by_client, unlinked, Arrival,
+    unblocked_by_client, unlinked, Arrival, Unblocked,
 };
-pub use state::{waiting_clients, with_fences};
+pub use state::{observing_clients, waiting_clients, with_fences};
 pub use waiters::Reply;

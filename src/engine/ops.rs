@@ -15,7 +15,7 @@ use crate::blocked;
 use crate::clock::{self, Now};
 use crate::config;
 use crate::error::LockError;
-use crate::keyspace::{selected_db, signal_modified, LockKey};
+use crate::keyspace::{selected_db, LockKey, ReadKey};
 use crate::lock::{Acquire, Fenced, HoldRef, Lock, Mode};
 use crate::propagate::TokenArg;
 use crate::replication;
@@ -60,7 +60,7 @@ fn from_master_or_aof(ctx: &Context) -> bool {
         .intersects(ContextFlags::REPLICATED | ContextFlags::LOADING)
 }
 
-fn may_block(ctx: &Context) -> bool {
+pub(super) fn may_block(ctx: &Context) -> bool {
     !ctx.get_flags()
         .intersects(ContextFlags::MULTI | ContextFlags::LUA | ContextFlags::DENY_BLOCKING)
 }
@@ -186,7 +186,7 @@ impl Engine {
             }
             Propagation::Verbatim => ctx.replicate_verbatim(),
         }
-        signal_modified(ctx, name);
+        self.modified(ctx, name, lock.db(), Some(lock), now);
         stats::record(ctx, event, name);
     }
 }
@@ -231,7 +231,8 @@ pub fn release(
                 }
             }
             ctx.replicate_verbatim();
-            signal_modified(ctx, name);
+            let lock = key.lock()?;
+            e.modified(ctx, name, db, lock.as_deref(), now);
             stats::announce(ctx, Event::Released, name);
             return Ok(true);
         }
@@ -328,7 +329,7 @@ fn by_holder<R>(
 /// (see `Lock::guards`). The key is closed again before the guarded command runs, which may
 /// delete or replace it.
 pub fn guard(ctx: &Context, name: &RedisString, fence: u64, now: Now) -> Result<(), LockError> {
-    let mut key = LockKey::open_read(ctx, name);
+    let key = ReadKey::open(ctx, name);
     let verdict = match key.lock()? {
         Some(lock) => lock.guards(fence, now),
         None => Err(Fenced::NotHeld),
@@ -388,7 +389,7 @@ pub fn apply(ctx: &Context, name: &RedisString, a: &ApplyArgs) -> Result<(), Loc
             e.arm(ctx, earliest, now);
         }
         ctx.replicate_verbatim();
-        signal_modified(ctx, name);
+        e.modified(ctx, name, selected_db(ctx), Some(lock), now);
         stats::announce(ctx, event, name);
         Ok(())
     })

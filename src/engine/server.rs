@@ -17,6 +17,7 @@ use std::sync::atomic::Ordering;
 use redis_module::{Context, ContextFlags, RedisString};
 
 use super::leases;
+use super::observers;
 use super::state::{anyone_waits, try_with, with, Engine, Withdrawal, HAS_PENDING, PENDING};
 use super::waiters::{Left, Reply, WaiterId};
 use crate::blocked::{self, Handle};
@@ -29,6 +30,7 @@ impl Engine {
     /// The value at (db, key) was deleted, replaced or moved away.
     pub(super) fn key_gone(&mut self, db: i32, key: &[u8]) {
         wake_all(self.waiters.answer_key(db, key));
+        self.answer_observers_of(db, key);
     }
 }
 
@@ -41,11 +43,14 @@ fn wake_all(woken: Vec<(Handle, WaiterId)>) {
 /// `RENAME`, `MOVE`, `COPY` and `RESTORE` put a lock under a name or database it may not
 /// know yet; it keeps its own, for the lease-end sweep to find it by.
 pub fn relocated(ctx: &Context, name: &RedisString, arrived: Arrival) {
-    let mut key = LockKey::open_read(ctx, name);
+    // Opened for writing: the lock's own record of its name and database changes, though
+    // the keyspace does not.
+    let mut key = LockKey::open(ctx, name);
     let Ok(Some(lock)) = key.lock() else {
         return;
     };
-    lock.relocate(name.as_slice(), selected_db(ctx));
+    let db = selected_db(ctx);
+    lock.relocate(name.as_slice(), db);
     if arrived == Arrival::Restored {
         // Landed: its fences are this server's to stay above (see `persistence::rdb_load`).
         super::state::with_fences(|f| f.observe(lock.last_fence()));
@@ -68,7 +73,11 @@ pub fn relocated(ctx: &Context, name: &RedisString, arrived: Arrival) {
     }
     // A copy or a restored lock was indexed where no timer could be armed.
     let earliest = leases::earliest();
-    with(|e| e.arm(ctx, earliest, now));
+    with(|e| {
+        e.arm(ctx, earliest, now);
+        // A lock arrived under the name: a change for whoever observes it.
+        e.answer_observers_of(db, name.as_slice());
+    });
 }
 
 /// How a lock came to a name (see `relocated`).
@@ -92,6 +101,8 @@ pub fn swapped(a: i32, b: i32) {
     with(|e| {
         wake_all(e.waiters.answer_db(Some(a), Reply::Null));
         wake_all(e.waiters.answer_db(Some(b), Reply::Null));
+        e.answer_observers_in(Some(a));
+        e.answer_observers_in(Some(b));
         for w in &mut e.withdrawals {
             w.db = if w.db == a {
                 b
@@ -110,6 +121,7 @@ pub fn swapped(a: i32, b: i32) {
 pub fn flushed(db: Option<i32>) {
     with(|e| {
         wake_all(e.waiters.answer_db(db, Reply::Null));
+        e.answer_observers_in(db);
         e.withdrawals.retain(|w| db.is_some_and(|db| db != w.db));
     });
 }
@@ -132,6 +144,12 @@ pub fn deliver(id: WaiterId) -> Reply {
 /// it had been granted the lock but not told, the grant is taken back and passed on.
 pub fn blocked_client_left(ctx: &Context, handle: Handle) {
     with(|e| {
+        if let Some(id) = e.observers.id_of(handle) {
+            if let Some((observers::Left::Blocked, ..)) = e.observers.leave(id) {
+                blocked::let_go(handle);
+            }
+            return;
+        }
         let Some(id) = e.waiters.id_of(handle) else {
             return;
         };
@@ -163,12 +181,29 @@ pub fn blocked_client_left(ctx: &Context, handle: Handle) {
     });
 }
 
-/// `CLIENT UNBLOCK` reached a waiter (the server's timeout callback): it leaves its queue.
-/// True if it was still waiting, to be answered null as a timed-out `BLPOP` is.
-pub fn unblocked_by_client(ctx: &Context, handle: Handle) -> bool {
+/// Who `CLIENT UNBLOCK` reached (see `unblocked_by_client`).
+pub enum Unblocked {
+    /// A waiter, answered null as a timed-out `BLPOP` is.
+    Waiter,
+    /// An observer, answered as at its timeout: the `LOCK.INFO` of this key.
+    Observer(Box<[u8]>),
+}
+
+/// `CLIENT UNBLOCK` reached a waiter or an observer (the server's timeout callback): it
+/// leaves.
+pub fn unblocked_by_client(ctx: &Context, handle: Handle) -> Unblocked {
     with(|e| {
+        if let Some(id) = e.observers.id_of(handle) {
+            if let Some((left, _, key)) = e.observers.leave(id) {
+                if left == observers::Left::Blocked {
+                    blocked::let_go(handle);
+                    stats::OBSERVERS_ANSWERED.bump();
+                }
+                return Unblocked::Observer(key);
+            }
+        }
         let Some(id) = e.waiters.id_of(handle) else {
-            return false;
+            return Unblocked::Waiter;
         };
         match e.waiters.leave(id) {
             Some(Left::Queued) => {
@@ -179,9 +214,9 @@ pub fn unblocked_by_client(ctx: &Context, handle: Handle) -> bool {
                 if !e.regrants.is_empty() {
                     e.timer_soon(ctx);
                 }
-                true
+                Unblocked::Waiter
             }
-            _ => false,
+            _ => Unblocked::Waiter,
         }
     })
 }

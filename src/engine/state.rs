@@ -12,6 +12,7 @@ use std::sync::Mutex;
 
 use redis_module::raw;
 
+use super::observers::Observers;
 use super::waiters::Registry;
 use crate::blocked::Handle;
 use crate::error::LockError;
@@ -28,6 +29,10 @@ pub(super) struct Withdrawal {
 
 pub(super) struct Engine {
     pub(super) waiters: Registry<Handle>,
+    pub(super) observers: Observers<Handle>,
+    /// Observed keys the running operation changed, with the state each was left in: their
+    /// observers are answered when the operation ends, after every waiter it granted.
+    pub(super) observed: Vec<(i32, Box<[u8]>, u64)>,
     /// The deadline and id of the armed timer, if one is armed.
     pub(super) timer: Option<(u64, raw::RedisModuleTimerID)>,
     pub(super) withdrawals: Vec<Withdrawal>,
@@ -53,11 +58,14 @@ pub(super) static HAS_PENDING: AtomicBool = AtomicBool::new(false);
 /// event callback, which runs on every write in the server and returns at once while
 /// nobody waits.
 static QUEUED: AtomicUsize = AtomicUsize::new(0);
+static OBSERVING: AtomicUsize = AtomicUsize::new(0);
 static ANYONE_WAITS: AtomicBool = AtomicBool::new(false);
 
 fn new_engine() -> Engine {
     Engine {
         waiters: Registry::default(),
+        observers: Observers::default(),
+        observed: Vec::new(),
         timer: None,
         withdrawals: Vec::new(),
         regrants: Vec::new(),
@@ -104,8 +112,13 @@ impl Engine {
         if HAS_PENDING.load(Ordering::Acquire) && HAS_PENDING.swap(false, Ordering::AcqRel) {
             self.handle_pending();
         }
+        if !self.observed.is_empty() {
+            self.answer_observed();
+        }
         QUEUED.store(self.waiters.queued(), Ordering::Relaxed);
-        ANYONE_WAITS.store(!self.waiters.is_empty(), Ordering::Relaxed);
+        OBSERVING.store(self.observers.blocked(), Ordering::Relaxed);
+        let anyone = !self.waiters.is_empty() || !self.observers.is_empty();
+        ANYONE_WAITS.store(anyone, Ordering::Relaxed);
     }
 
     /// Out of line, so that the inlined part stays small.
@@ -124,7 +137,12 @@ pub fn waiting_clients() -> usize {
     QUEUED.load(Ordering::Relaxed)
 }
 
-/// True while some client waits, or has a reply from a wait still to come.
+/// Clients observing right now, for `INFO lock`.
+pub fn observing_clients() -> usize {
+    OBSERVING.load(Ordering::Relaxed)
+}
+
+/// True while some client waits or observes, or has a reply from either still to come.
 pub fn anyone_waits() -> bool {
     ANYONE_WAITS.load(Ordering::Relaxed)
 }
