@@ -27,17 +27,30 @@ pub fn install(callbacks: Callbacks) {
     let _ = CALLBACKS.set(callbacks);
 }
 
-/// The server's handle on one blocked client: its address, unique while it is blocked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// The server's handle on one blocked client. Neither `Copy` nor `Clone`: waking the client
+/// or letting it go consumes the handle, so that neither can happen twice (a second
+/// `UnblockClient` would be a use after free inside the server).
+#[derive(Debug, PartialEq, Eq)]
 pub struct Handle(usize);
 
+/// What names a blocked client in lookups: its handle's address, unique while it is
+/// blocked. It reaches nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HandleKey(usize);
+
 impl Handle {
-    pub fn from_raw(bc: *mut raw::RedisModuleBlockedClient) -> Handle {
-        Handle(bc as usize)
+    pub fn key(&self) -> HandleKey {
+        HandleKey(self.0)
     }
 
     fn raw(self) -> *mut raw::RedisModuleBlockedClient {
         self.0 as *mut raw::RedisModuleBlockedClient
+    }
+}
+
+impl HandleKey {
+    pub fn from_raw(bc: *mut raw::RedisModuleBlockedClient) -> HandleKey {
+        HandleKey(bc as usize)
     }
 }
 
@@ -60,15 +73,15 @@ pub fn block(ctx: &Context) -> Handle {
             0,
         );
         raw::RedisModule_SetDisconnectCallback.unwrap()(bc, callbacks.disconnect);
-        Handle::from_raw(bc)
+        Handle(bc as usize)
     }
 }
 
 /// Wakes the client: its reply callback runs on the next event-loop turn with `id` as its
 /// private data.
 pub fn wake(handle: Handle, id: u64) {
-    // SAFETY: the handle is of a client still blocked (the engine wakes or lets go of each
-    // handle once); the private data is an integer, never dereferenced.
+    // SAFETY: the handle is of a client still blocked: it is consumed here, and only
+    // `block` makes one. The private data is an integer, never dereferenced.
     unsafe {
         raw::RedisModule_UnblockClient.unwrap()(handle.raw(), id as usize as *mut c_void);
     }
@@ -83,15 +96,38 @@ pub fn let_go(handle: Handle) {
     }
 }
 
-/// The handle of the blocked client whose callback is running.
-pub fn handle_of(ctx: *mut raw::RedisModuleCtx) -> Handle {
+/// Which blocked client's callback is running.
+pub fn handle_of(ctx: *mut raw::RedisModuleCtx) -> HandleKey {
     // SAFETY: called only from a blocked client's reply or timeout callback, whose context
     // names the client.
-    Handle::from_raw(unsafe { raw::RedisModule_GetBlockedClientHandle.unwrap()(ctx) })
+    HandleKey::from_raw(unsafe { raw::RedisModule_GetBlockedClientHandle.unwrap()(ctx) })
+}
+
+/// A blocked client's handle as the engine's registries hold it: owned, and known by a key.
+/// The registries are generic over it, so that their tests use plain numbers.
+pub trait Owned {
+    type Key: Copy + Eq + std::hash::Hash + std::fmt::Debug;
+    fn key(&self) -> Self::Key;
+}
+
+impl Owned for Handle {
+    type Key = HandleKey;
+    fn key(&self) -> HandleKey {
+        Handle::key(self)
+    }
 }
 
 /// The id passed to `wake`, in the reply callback.
 pub fn woken_id(ctx: *mut raw::RedisModuleCtx) -> u64 {
     // SAFETY: called only from the reply callback, whose context carries the private data.
     unsafe { raw::RedisModule_GetBlockedClientPrivateData.unwrap()(ctx) as usize as u64 }
+}
+
+/// The registries' tests stand a number in for a blocked client.
+#[cfg(test)]
+impl Owned for u32 {
+    type Key = u32;
+    fn key(&self) -> u32 {
+        *self
+    }
 }

@@ -14,7 +14,7 @@ use redis_module_macros::{
     cron_event_handler, info_command_handler, loading_event_handler, role_changed_event_handler,
 };
 
-use crate::blocked::{self, Handle};
+use crate::blocked::{self, HandleKey};
 use crate::engine::{self, Arrival, Reply, Unblocked};
 use crate::keyspace::{self, selected_db};
 use crate::{describe, guard, replication, stats};
@@ -338,7 +338,7 @@ unsafe extern "C" fn on_disconnect(
     ctx: *mut raw::RedisModuleCtx,
     bc: *mut raw::RedisModuleBlockedClient,
 ) {
-    engine::blocked_client_left(&Context::new(ctx), Handle::from_raw(bc));
+    engine::blocked_client_left(&Context::new(ctx), HandleKey::from_raw(bc));
 }
 
 /// A module was loaded or unloaded: the commands `LOCK.GUARD` may run can have changed.

@@ -8,8 +8,8 @@
 //! about them can reach a grant.
 
 use std::collections::{BTreeSet, HashMap};
-use std::hash::Hash;
 
+use crate::blocked::Owned;
 use crate::clock::Now;
 use crate::hashing::MixBuild;
 use crate::lock::Lock;
@@ -34,21 +34,29 @@ pub fn state_of(lock: Option<&Lock>, now: Now) -> u64 {
 }
 
 #[derive(Debug)]
-struct Observer<H> {
-    handle: H,
+struct Observer<H: Owned> {
+    /// The blocked client's handle until it is woken: taken then, so that nothing can wake
+    /// it twice.
+    handle: Option<H>,
+    client: H::Key,
     db: i32,
     key: Box<[u8]>,
     seen: u64,
     timeout_at: Option<u64>,
+}
+
+impl<H: Owned> Observer<H> {
     /// Woken; its reply is still to go out.
-    answered: bool,
+    fn answered(&self) -> bool {
+        self.handle.is_none()
+    }
 }
 
 /// How an observer left before its reply went out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Left {
-    /// Still blocked: its handle must be let go.
-    Blocked,
+#[derive(Debug, PartialEq, Eq)]
+pub enum Left<H> {
+    /// Still blocked: its handle, to let go.
+    Blocked(H),
     /// Woken already: the server owns the handle's end.
     Answered,
 }
@@ -57,10 +65,10 @@ pub enum Left {
 type KeyLists = HashMap<Box<[u8]>, Vec<ObserverId>>;
 
 #[derive(Debug)]
-pub struct Observers<H> {
+pub struct Observers<H: Owned> {
     next_id: ObserverId,
     observers: HashMap<ObserverId, Observer<H>, MixBuild>,
-    by_handle: HashMap<H, ObserverId, MixBuild>,
+    by_handle: HashMap<H::Key, ObserverId, MixBuild>,
     /// db → key → the blocked observers of the key. Two levels, as for the waiters' queues,
     /// so that a flush drops a database at once.
     by_key: HashMap<i32, KeyLists, MixBuild>,
@@ -68,7 +76,7 @@ pub struct Observers<H> {
     blocked: usize,
 }
 
-impl<H: Copy + Eq + Hash> Default for Observers<H> {
+impl<H: Owned> Default for Observers<H> {
     fn default() -> Self {
         Observers {
             next_id: OBSERVER_BIT | 1,
@@ -81,7 +89,7 @@ impl<H: Copy + Eq + Hash> Default for Observers<H> {
     }
 }
 
-impl<H: Copy + Eq + Hash> Observers<H> {
+impl<H: Owned> Observers<H> {
     /// Blocks an observer of (db, key) that saw `seen`; its id.
     pub fn observe(
         &mut self,
@@ -103,14 +111,15 @@ impl<H: Copy + Eq + Hash> Observers<H> {
         if let Some(at) = timeout_at {
             self.timeouts.insert((at, id));
         }
-        self.by_handle.insert(handle, id);
+        let client = handle.key();
+        self.by_handle.insert(client, id);
         let observer = Observer {
-            handle,
+            handle: Some(handle),
+            client,
             db,
             key: key.into(),
             seen,
             timeout_at,
-            answered: false,
         };
         self.observers.insert(id, observer);
         self.blocked += 1;
@@ -185,15 +194,12 @@ impl<H: Copy + Eq + Hash> Observers<H> {
     /// Marks a blocked observer answered, already out of its key's list.
     fn answer(&mut self, id: ObserverId) -> Option<(H, ObserverId)> {
         let o = self.observers.get_mut(&id)?;
-        if o.answered {
-            return None;
-        }
-        o.answered = true;
+        let handle = o.handle.take()?;
         self.blocked -= 1;
         if let Some(at) = o.timeout_at {
             self.timeouts.remove(&(at, id));
         }
-        Some((o.handle, id))
+        Some((handle, id))
     }
 
     /// The next observer whose wait is due at `now`, answered and out of its key's list.
@@ -220,30 +226,29 @@ impl<H: Copy + Eq + Hash> Observers<H> {
     /// forgotten.
     pub fn deliver(&mut self, id: ObserverId) -> Option<(i32, Box<[u8]>)> {
         let o = self.forget(id)?;
-        o.answered.then_some((o.db, o.key))
+        o.answered().then_some((o.db, o.key))
     }
 
-    /// The id of the observer blocked under `handle`.
-    pub fn id_of(&self, handle: H) -> Option<ObserverId> {
-        self.by_handle.get(&handle).copied()
+    /// The id of the observer blocked as `client`.
+    pub fn id_of(&self, client: H::Key) -> Option<ObserverId> {
+        self.by_handle.get(&client).copied()
     }
 
     /// The observer left before its reply went out (disconnected, or `CLIENT UNBLOCK`):
     /// forgotten; how it stood, and the (db, key) it observed.
-    pub fn leave(&mut self, id: ObserverId) -> Option<(Left, i32, Box<[u8]>)> {
+    pub fn leave(&mut self, id: ObserverId) -> Option<(Left<H>, i32, Box<[u8]>)> {
         let o = self.forget(id)?;
-        let left = if o.answered {
-            Left::Answered
-        } else {
-            Left::Blocked
+        let left = match o.handle {
+            Some(handle) => Left::Blocked(handle),
+            None => Left::Answered,
         };
         Some((left, o.db, o.key))
     }
 
     fn forget(&mut self, id: ObserverId) -> Option<Observer<H>> {
         let o = self.observers.remove(&id)?;
-        self.by_handle.remove(&o.handle);
-        if !o.answered {
+        self.by_handle.remove(&o.client);
+        if !o.answered() {
             self.blocked -= 1;
             if let Some(at) = o.timeout_at {
                 self.timeouts.remove(&(at, id));

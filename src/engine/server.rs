@@ -20,7 +20,7 @@ use super::leases;
 use super::observers;
 use super::state::{anyone_waits, try_with, with, Engine, Withdrawal, HAS_PENDING, PENDING};
 use super::waiters::{Left, Reply, WaiterId};
-use crate::blocked::{self, Handle};
+use crate::blocked::{self, Handle, HandleKey};
 use crate::keyspace::{selected_db, LockKey};
 use crate::lock::Lock;
 use crate::propagate::{self, TokenArg};
@@ -142,19 +142,19 @@ pub fn deliver(id: WaiterId) -> Reply {
 
 /// A blocked client disconnected (or was unblocked with an error): out of its queue, or, if
 /// it had been granted the lock but not told, the grant is taken back and passed on.
-pub fn blocked_client_left(ctx: &Context, handle: Handle) {
+pub fn blocked_client_left(ctx: &Context, client: HandleKey) {
     with(|e| {
-        if let Some(id) = e.observers.id_of(handle) {
-            if let Some((observers::Left::Blocked, ..)) = e.observers.leave(id) {
+        if let Some(id) = e.observers.id_of(client) {
+            if let Some((observers::Left::Blocked(handle), ..)) = e.observers.leave(id) {
                 blocked::let_go(handle);
             }
             return;
         }
-        let Some(id) = e.waiters.id_of(handle) else {
+        let Some(id) = e.waiters.id_of(client) else {
             return;
         };
         match e.waiters.leave(id) {
-            Some(Left::Queued) => {
+            Some(Left::Queued(handle)) => {
                 blocked::let_go(handle);
                 e.note_heads_left();
                 if !e.regrants.is_empty() {
@@ -191,22 +191,22 @@ pub enum Unblocked {
 
 /// `CLIENT UNBLOCK` reached a waiter or an observer (the server's timeout callback): it
 /// leaves.
-pub fn unblocked_by_client(ctx: &Context, handle: Handle) -> Unblocked {
+pub fn unblocked_by_client(ctx: &Context, client: HandleKey) -> Unblocked {
     with(|e| {
-        if let Some(id) = e.observers.id_of(handle) {
+        if let Some(id) = e.observers.id_of(client) {
             if let Some((left, _, key)) = e.observers.leave(id) {
-                if left == observers::Left::Blocked {
+                if let observers::Left::Blocked(handle) = left {
                     blocked::let_go(handle);
                     stats::OBSERVERS_ANSWERED.bump();
                 }
                 return Unblocked::Observer(key);
             }
         }
-        let Some(id) = e.waiters.id_of(handle) else {
+        let Some(id) = e.waiters.id_of(client) else {
             return Unblocked::Waiter;
         };
         match e.waiters.leave(id) {
-            Some(Left::Queued) => {
+            Some(Left::Queued(handle)) => {
                 // The server frees the handle only once the module lets go of it.
                 blocked::let_go(handle);
                 stats::WAIT_TIMEOUTS.bump();

@@ -12,8 +12,8 @@
 //! went out or the client left.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::hash::Hash;
 
+use crate::blocked::Owned;
 use crate::hashing::MixBuild;
 use crate::lock::Want;
 
@@ -38,8 +38,12 @@ enum State {
 }
 
 #[derive(Debug)]
-pub struct Waiter<H> {
-    pub handle: H,
+pub struct Waiter<H: Owned> {
+    /// The blocked client's handle while it is queued; taken out when it is woken, so that
+    /// nothing can wake it twice.
+    handle: Option<H>,
+    /// What names the client, also once its handle is gone.
+    pub client: H::Key,
     pub db: i32,
     pub key: Box<[u8]>,
     pub token: Box<[u8]>,
@@ -63,10 +67,10 @@ struct Queue {
 }
 
 /// How a waiter left without its reply having gone out.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Left {
-    /// It was still queued: its handle must be let go.
-    Queued,
+#[derive(Debug, PartialEq, Eq)]
+pub enum Left<H> {
+    /// It was still queued: its handle, to let go.
+    Queued(H),
     /// It had been granted the lock under this fence: the grant is to be taken back.
     Granted {
         db: i32,
@@ -79,12 +83,12 @@ pub enum Left {
 }
 
 #[derive(Debug)]
-pub struct Registry<H> {
+pub struct Registry<H: Owned> {
     next_id: WaiterId,
     // Ids and handles are the module's and the server's, so a cheap hash serves; key names
     // are the clients', so they keep SipHash (see `hashing`).
     waiters: HashMap<WaiterId, Waiter<H>, MixBuild>,
-    by_handle: HashMap<H, WaiterId, MixBuild>,
+    by_handle: HashMap<H::Key, WaiterId, MixBuild>,
     /// db → key → queue. Two levels, so that a flush drops a database at once and a key is
     /// looked up by its bytes.
     queues: HashMap<i32, HashMap<Box<[u8]>, Queue>, MixBuild>,
@@ -95,7 +99,7 @@ pub struct Registry<H> {
     heads_left: Vec<(i32, Box<[u8]>)>,
 }
 
-impl<H: Copy + Eq + Hash> Default for Registry<H> {
+impl<H: Owned> Default for Registry<H> {
     fn default() -> Self {
         Registry {
             next_id: 1,
@@ -109,7 +113,7 @@ impl<H: Copy + Eq + Hash> Default for Registry<H> {
     }
 }
 
-impl<H: Copy + Eq + Hash> Registry<H> {
+impl<H: Owned> Registry<H> {
     /// Queues a client at the tail of (db, key)'s queue; its id.
     pub fn enqueue(
         &mut self,
@@ -133,11 +137,13 @@ impl<H: Copy + Eq + Hash> Registry<H> {
         if let Some(at) = timeout_at {
             self.timeouts.insert((at, id));
         }
-        self.by_handle.insert(handle, id);
+        let client = handle.key();
+        self.by_handle.insert(client, id);
         self.waiters.insert(
             id,
             Waiter {
-                handle,
+                handle: Some(handle),
+                client,
                 db,
                 key: key.into(),
                 token: token.into(),
@@ -220,7 +226,7 @@ impl<H: Copy + Eq + Hash> Registry<H> {
         if let Some(at) = w.timeout_at {
             self.timeouts.remove(&(at, id));
         }
-        Some((w.handle, id))
+        Some((w.handle.take()?, id))
     }
 
     /// Whether a granted waiter of `token` in `q` other than `except` is still to be told
@@ -302,7 +308,7 @@ impl<H: Copy + Eq + Hash> Registry<H> {
         if let Some(at) = w.timeout_at {
             self.timeouts.remove(&(at, id));
         }
-        Some((w.handle, id))
+        Some((w.handle.take()?, id))
     }
 
     /// The next waiter whose wait is due at `now`, answered null and out of its queue.
@@ -357,15 +363,15 @@ impl<H: Copy + Eq + Hash> Registry<H> {
         }
     }
 
-    /// The id of the waiter blocked under `handle`.
-    pub fn id_of(&self, handle: H) -> Option<WaiterId> {
-        self.by_handle.get(&handle).copied()
+    /// The id of the waiter blocked as `client`.
+    pub fn id_of(&self, client: H::Key) -> Option<WaiterId> {
+        self.by_handle.get(&client).copied()
     }
 
     /// The waiter left before its reply went out (disconnected, or `CLIENT UNBLOCK`): out
     /// of its queue and forgotten; how it stood.
-    pub fn leave(&mut self, id: WaiterId) -> Option<Left> {
-        let w = self.forget(id)?;
+    pub fn leave(&mut self, id: WaiterId) -> Option<Left<H>> {
+        let mut w = self.forget(id)?;
         // Another granted waiter of the token still to be told takes the hold over.
         let taken_over = w.owns_grant
             && self
@@ -374,7 +380,7 @@ impl<H: Copy + Eq + Hash> Registry<H> {
         Some(match w.state {
             State::Queued => {
                 self.queued -= 1;
-                Left::Queued
+                Left::Queued(w.handle.take()?)
             }
             State::Answered(Reply::Granted(fence)) if w.owns_grant && !taken_over => {
                 Left::Granted {
@@ -390,7 +396,7 @@ impl<H: Copy + Eq + Hash> Registry<H> {
 
     fn forget(&mut self, id: WaiterId) -> Option<Waiter<H>> {
         let w = self.waiters.remove(&id)?;
-        self.by_handle.remove(&w.handle);
+        self.by_handle.remove(&w.client);
         // A burst of waiters must not keep its tables for good.
         if self.waiters.capacity() > 64 && self.waiters.len() * 4 < self.waiters.capacity() {
             self.waiters.shrink_to(self.waiters.len() * 2);

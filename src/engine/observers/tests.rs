@@ -97,7 +97,10 @@ fn leaving_says_whether_the_handle_is_still_ours() {
         o.leave(answered),
         Some((Left::Answered, 0, b"k"[..].into()))
     );
-    assert_eq!(o.leave(blocked), Some((Left::Blocked, 0, b"k"[..].into())));
+    assert_eq!(
+        o.leave(blocked),
+        Some((Left::Blocked(1), 0, b"k"[..].into()))
+    );
     assert_eq!(o.leave(blocked), None);
     // Nothing is kept: no list, no timeout, no handle.
     assert!(o.is_empty() && !o.watches(0, b"k"));

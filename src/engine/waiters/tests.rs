@@ -31,7 +31,7 @@ fn a_head_that_leaves_is_noted_for_the_engine() {
     assert!(r.take_heads_left().is_empty(), "taken once");
     assert_eq!(r.leave(head), Some(Left::Answered), "answered, not queued");
     // The last waiter leaving leaves no queue to serve.
-    let last = r.head(0, b"k").map(|w| w.handle).unwrap();
+    let last = r.head(0, b"k").map(|w| w.client).unwrap();
     r.leave(r.id_of(last).unwrap());
     assert!(r.take_heads_left().is_empty());
 }
@@ -53,7 +53,7 @@ fn grants_go_in_fifo_order_and_wait_for_delivery() {
 fn ids_are_never_reused_even_for_the_same_handle() {
     let mut r = registry();
     let a = queue(&mut r, 7, b"k", None);
-    assert_eq!(r.leave(a), Some(Left::Queued));
+    assert_eq!(r.leave(a), Some(Left::Queued(7)));
     let b = queue(&mut r, 7, b"k", None);
     assert!(b > a);
     assert_eq!(r.leave(a), None, "a departed waiter is not found again");
@@ -144,7 +144,7 @@ fn leaving_tells_how_the_waiter_stood() {
             fence: 77
         })
     );
-    assert_eq!(r.leave(q), Some(Left::Queued));
+    assert_eq!(r.leave(q), Some(Left::Queued(2)));
     assert_eq!(r.leave(q), None);
     assert!(r.is_empty());
     let a = queue(&mut r, 3, b"k", None);
