@@ -169,7 +169,8 @@ pub fn token_only<'a>(args: &[&'a [u8]]) -> Result<&'a [u8], LockError> {
     }
 }
 
-/// Parsed `LOCK.APPLY key token deadline fence`: the state a master propagates.
+/// Parsed `LOCK.APPLY key token deadline fence [SHARED] [LAST last_fence]`: the state of one
+/// hold as a master propagates it (`propagate.rs`), the one place its syntax is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ApplyArgs<'a> {
     pub token: &'a [u8],

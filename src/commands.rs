@@ -63,7 +63,7 @@ fn integer(n: u64) -> RedisValue {
     RedisValue::Integer(n as i64)
 }
 
-/// `LOCK.ACQUIRE key token ttl [WAIT timeout]`
+/// `LOCK.ACQUIRE key token ttl [SHARED [LIMIT n]] [WAIT timeout]`
 pub fn acquire(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let call = Call::split(args)?;
     let a = args::acquire(call.bytes(&mut Slices::default()), config::max_ttl())?;
@@ -160,7 +160,7 @@ pub fn guard(ctx: &Context, args: &[RedisString]) -> RedisResult {
     Ok(RedisValue::NoReply)
 }
 
-/// `LOCK.APPLY key token deadline fence`: the state a master propagated (internal).
+/// `LOCK.APPLY`: the state a master propagated (internal; its syntax is `args::apply`'s).
 pub fn apply(ctx: &Context, args: &[RedisString]) -> RedisResult {
     if !engine::is_replay(ctx) {
         return Err(LockError::InternalCommand("LOCK.APPLY").into());

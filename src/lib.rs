@@ -31,6 +31,7 @@ mod guard;
 mod hashing;
 mod keyspace;
 mod lock;
+mod panic_log;
 mod persistence;
 mod propagate;
 mod replication;
@@ -52,6 +53,7 @@ type Allocator = std::alloc::System;
 const ALLOCATOR: Allocator = std::alloc::System;
 
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+    panic_log::install();
     // HANDLE_IO_ERRORS: a corrupt RESTORE payload must be an error reply, not a crash.
     // NO_IMPLICIT_SIGNAL_MODIFIED: a command that changes nothing must not abort a WATCH.
     ctx.set_module_options(

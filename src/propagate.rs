@@ -1,5 +1,6 @@
-//! How a lock's changes reach replicas and the AOF: `LOCK.APPLY key token deadline fence`
-//! with the absolute Unix-millisecond deadline, or `DEL key`, built with as few copies as
+//! How a lock's changes reach replicas and the AOF: `LOCK.APPLY` (syntax in `args::apply`)
+//! with the absolute Unix-millisecond deadline, `LOCK.RELEASE` for a shared hold's end, or
+//! `DEL key`, built with as few copies as
 //! the module API allows; and the module-class keyspace events clients can subscribe to.
 
 use std::ffi::CStr;
@@ -27,7 +28,7 @@ impl TokenArg<'_> {
     }
 }
 
-/// Propagates `LOCK.APPLY key token deadline fence [SHARED]` to replicas and the AOF: one
+/// Propagates `LOCK.APPLY` to replicas and the AOF: one
 /// hold, which replaces every hold of the key if exclusive, and joins (or renews) the shared
 /// holds if shared.
 ///

@@ -1,8 +1,8 @@
 //! What the `LOCK.*` commands do to a lock, once their arguments are parsed.
 //!
-//! Effects are propagated as state, never as the command: `LOCK.APPLY key token deadline
-//! fence` with the absolute Unix-millisecond deadline, and `DEL key` when a lock goes away,
-//! so that a replica or a replayed AOF holds exactly what the master held, whatever its
+//! Effects are propagated as state, never as the command: `LOCK.APPLY` (syntax in
+//! `args::apply`) with the absolute Unix-millisecond deadline, and `DEL key` when a lock goes
+//! away, so that a replica or a replayed AOF holds exactly what the master held, whatever its
 //! clock. While nothing reads the stream (`replication.rs`), a client's command stands in
 //! for its state, which the server then discards unbuilt.
 
@@ -24,7 +24,7 @@ use crate::stats::{self, Event};
 /// How a change reaches replicas and the AOF.
 #[derive(Clone, Copy)]
 pub(super) enum Propagation<'a> {
-    /// `LOCK.APPLY key token deadline fence [SHARED]`: the state of this token's hold.
+    /// `LOCK.APPLY`: the state of this token's hold.
     State(TokenArg<'a>),
     /// The client's command itself (see the module comment).
     Verbatim,
@@ -65,7 +65,7 @@ pub(super) fn may_block(ctx: &Context) -> bool {
         .intersects(ContextFlags::MULTI | ContextFlags::LUA | ContextFlags::DENY_BLOCKING)
 }
 
-/// `LOCK.ACQUIRE key token ttl [WAIT timeout]`; `wait_until` is the monotonic deadline of
+/// `LOCK.ACQUIRE key token ttl [SHARED [LIMIT n]] [WAIT timeout]`; `wait_until` is the monotonic deadline of
 /// the wait (`Some(None)` waits without limit).
 pub fn acquire(
     ctx: &Context,
@@ -348,7 +348,7 @@ pub fn queued_at(db: i32, key: &[u8]) -> usize {
     with(|e| e.waiters.queued_at(db, key))
 }
 
-/// `LOCK.APPLY key token deadline fence`: the state a master propagated, replayed from the
+/// `LOCK.APPLY`: the state a master propagated, replayed from the
 /// replication link or the AOF. Clients may not send it: it would bypass the lock.
 pub fn apply(ctx: &Context, name: &RedisString, a: &ApplyArgs) -> Result<(), LockError> {
     let now = clock::now();
