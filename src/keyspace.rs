@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use redis_module::{raw, Context, RedisString};
 
 use crate::error::LockError;
+use crate::leases;
 use crate::lock::Lock;
 
 /// The lock data type, as the server registered it (set once at load).
@@ -95,21 +96,44 @@ impl Drop for ReadKey {
     }
 }
 
-/// An open key whose value is a lock, nothing, or another type, opened for writing.
+/// An open key whose value is a lock, nothing, or another type, opened for writing: the
+/// one way to change a lock in the keyspace.
 ///
 /// The value's type is looked up once, when the key is opened. The lock is reached only
 /// through `&mut self`, so no reference to it outlives the handle, and none is alive when
-/// `delete` frees it: the borrow checker sees to both.
+/// `delete` frees it: the borrow checker sees to both. The handle keeps the lock's entry in
+/// the lease index (`leases.rs`) in step: it notes the deadline the lock is filed under when
+/// it opens, files a lock it stores, takes the entry out with a lock it deletes, and moves it
+/// when it closes if the deadline changed meanwhile. So no change to a lock can leave the
+/// index pointing at a deadline the lock no longer has.
 pub struct LockKey {
     key: *mut raw::RedisModuleKey,
     slot: Slot,
+    /// The deadline the lock's index entry is filed under; `None` if it has none (a new lock,
+    /// or one whose due entry the sweep took out).
+    filed: Option<u64>,
 }
 
 impl LockKey {
     /// Opens `name` in the context's selected database, for reading and writing.
     pub fn open(ctx: &Context, name: &RedisString) -> LockKey {
         let (key, slot) = open_slot(ctx, name, raw::REDISMODULE_READ | raw::REDISMODULE_WRITE);
-        LockKey { key, slot }
+        let filed = match slot {
+            // SAFETY: as in `lock`; only read.
+            Slot::Lock(lock) => Some(unsafe { (*lock).deadline() }),
+            _ => None,
+        };
+        LockKey { key, slot, filed }
+    }
+
+    /// [`LockKey::open`] for the sweep, which took the entry of the lock at address `due`
+    /// out of the index: if that is the lock here, it is filed under nothing.
+    pub fn open_due(ctx: &Context, name: &RedisString, due: usize) -> LockKey {
+        let mut key = LockKey::open(ctx, name);
+        if matches!(key.slot, Slot::Lock(lock) if lock as usize == due) {
+            key.filed = None;
+        }
+        key
     }
 
     /// The lock at this key, `None` if the key is empty, `WRONGTYPE` for another type.
@@ -146,19 +170,35 @@ impl LockKey {
         self.lock().map(|l| l.expect("just stored"))
     }
 
-    /// Deletes the key; its lock goes through the type's free callback.
+    /// Deletes the key, and its lock's index entry; the lock goes through the type's free
+    /// callback.
     pub fn delete(&mut self) {
         if self.key.is_null() {
             return;
         }
+        let key = self.key;
         // SAFETY: the handle is open for writing.
-        unsafe { raw::RedisModule_DeleteKey.unwrap()(self.key) };
+        let delete = || unsafe {
+            raw::RedisModule_DeleteKey.unwrap()(key);
+        };
+        match self.slot {
+            Slot::Lock(lock) => leases::remove_and_delete(lock as usize, self.filed, delete),
+            _ => delete(),
+        }
         self.slot = Slot::Empty;
+        self.filed = None;
     }
 }
 
 impl Drop for LockKey {
     fn drop(&mut self) {
+        if let Slot::Lock(lock) = self.slot {
+            // SAFETY: as in `lock`; no borrow of the lock outlives `self`.
+            let deadline = unsafe { (*lock).deadline() };
+            if self.filed != Some(deadline) {
+                leases::update(lock as usize, self.filed, Some(deadline));
+            }
+        }
         close(self.key);
     }
 }

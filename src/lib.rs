@@ -30,6 +30,7 @@ mod fence;
 mod guard;
 mod hashing;
 mod keyspace;
+mod leases;
 mod lock;
 mod panic_log;
 mod persistence;
@@ -60,6 +61,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         ModuleOptions::HANDLE_IO_ERRORS | ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED,
     );
     replication::init(ctx);
+    engine::init(ctx);
     // No fence for a burst's length after a (re)start (see fence.rs): spent here, once, so
     // that no client ever meets it.
     engine::with_fences(|f| f.start(clock::now().mono_ms()));

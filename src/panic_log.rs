@@ -46,7 +46,14 @@ fn log_warning(message: &str) {
     let text = CString::new(message.replace('\0', "\\0")).unwrap_or_default();
     // SAFETY: a NULL context is allowed (and any thread may log); the message goes as the
     // argument of a constant "%s" format, so a `%` in it is not read as a conversion.
-    unsafe { log(std::ptr::null_mut(), c"warning".as_ptr(), c"%s".as_ptr(), text.as_ptr()) };
+    unsafe {
+        log(
+            std::ptr::null_mut(),
+            c"warning".as_ptr(),
+            c"%s".as_ptr(),
+            text.as_ptr(),
+        )
+    };
 }
 
 #[cfg(test)]

@@ -16,12 +16,12 @@ use std::time::Duration;
 
 use redis_module::{Context, ContextFlags, RedisString};
 
-use super::leases;
 use super::ops::{Propagation, Removal};
 use super::state::{with, with_fences, Engine, Withdrawal};
 use crate::blocked;
 use crate::clock::{self, Now};
 use crate::keyspace::{key_in_db, LockKey};
+use crate::leases;
 use crate::lock::{Acquire, AcquireError, Lock, Mode};
 use crate::propagate;
 use crate::propagate::TokenArg;
@@ -49,17 +49,15 @@ pub(super) enum Granting {
 }
 
 impl Engine {
-    /// Holds of the lock at `key` (indexed under `indexed`, unless the sweep took its entry
-    /// out) ended at `now`, as `removal` says: the waiters at the head of its queue that it
-    /// now admits hold it, or the holds that stay keep it, or the key is removed.
-    #[allow(clippy::too_many_arguments)]
+    /// Holds of the lock at `key` ended at `now`, as `removal` says: the waiters at the head
+    /// of its queue that it now admits hold it, or the holds that stay keep it, or the key is
+    /// removed.
     pub(super) fn pass_on(
         &mut self,
         ctx: &Context,
         key: &mut LockKey,
         db: i32,
         name: &RedisString,
-        indexed: Option<u64>,
         now: Now,
         removal: Removal,
     ) {
@@ -80,16 +78,13 @@ impl Engine {
                 }
             }
         }
-        let mut indexed = indexed;
         let by_command = removal == Removal::Verbatim;
-        match self.grant_queued(ctx, lock, db, name, &mut indexed, now, by_command) {
+        match self.grant_queued(ctx, lock, db, name, now, by_command) {
             Granting::Granted => return,
             Granting::NoFence => {
-                // No fence left in this millisecond: the lock stays free, indexed as due, and
+                // No fence left in this millisecond: the lock stays free, filed as due, and
                 // the sweep grants the head in the next one. Nobody can take it meanwhile:
                 // a newcomer finds the queue first.
-                let at = leases::address(lock);
-                leases::update(at, indexed, Some(lock.deadline()));
                 self.arm(ctx, Some(now.mono + 1000), now);
                 return;
             }
@@ -97,16 +92,10 @@ impl Engine {
         }
         if lock.is_held(now) {
             // Other shared holds stay: the lock is filed under the earliest of them.
-            let earliest = leases::update(leases::address(lock), indexed, Some(lock.deadline()));
-            self.arm(ctx, earliest, now);
             self.modified(ctx, name, db, Some(lock), now);
             return;
         }
-        let at = leases::address(lock);
-        match indexed {
-            Some(deadline) => leases::remove_and_delete(at, deadline, || key.delete()),
-            None => key.delete(),
-        }
+        key.delete();
         match removal {
             _ if shared => {}
             Removal::Ended(_) => propagate::replicate_del(ctx, name),
@@ -119,17 +108,14 @@ impl Engine {
     /// lock admits them: consecutive shared requests together, an exclusive one alone. A
     /// head whose token already holds the lock is served as a direct acquire would be: the
     /// same kind renews its hold under the same fence, a shared request downgrades an
-    /// exclusive hold; one token never holds a key twice. `indexed` follows the lock's
-    /// entry in the lease index. `by_command`: a client's command made the lock free, and
-    /// is itself propagated.
-    #[allow(clippy::too_many_arguments)]
+    /// exclusive hold; one token never holds a key twice. `by_command`: a client's command
+    /// made the lock free, and is itself propagated.
     pub(super) fn grant_queued(
         &mut self,
         ctx: &Context,
         lock: &mut Lock,
         db: i32,
         name: &RedisString,
-        indexed: &mut Option<u64>,
         now: Now,
         by_command: bool,
     ) -> Granting {
@@ -165,8 +151,7 @@ impl Engine {
             } else {
                 Propagation::State(TokenArg::Bytes(&token))
             };
-            self.changed(ctx, name, lock, state, *indexed, now, Event::Granted);
-            *indexed = Some(lock.deadline());
+            self.changed(ctx, name, lock, state, now, Event::Granted);
             let untold = fresh || inherited;
             if let Some((handle, id)) = self.waiters.grant_head(db, name.as_slice(), fence, untold)
             {
@@ -206,14 +191,12 @@ impl Engine {
     /// announced, then the lock passed on; how many ended. Where more are due than `limit`
     /// (shared holds ending together), the ones ended are propagated and the lock stays
     /// filed as due: the sweep ends the rest in the next turns, and passes the lock on then.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn end_lease(
         &mut self,
         ctx: &Context,
         key: &mut LockKey,
         db: i32,
         name: &RedisString,
-        indexed: Option<u64>,
         now: Now,
         limit: usize,
     ) -> usize {
@@ -229,11 +212,10 @@ impl Engine {
             for token in &ended {
                 propagate::replicate_release(ctx, name, token);
             }
-            leases::update(leases::address(lock), indexed, Some(lock.deadline()));
             self.modified(ctx, name, db, Some(lock), now);
             return ended.len();
         }
-        self.pass_on(ctx, key, db, name, indexed, now, Removal::Ended(&ended));
+        self.pass_on(ctx, key, db, name, now, Removal::Ended(&ended));
         ended.len()
     }
 
@@ -327,7 +309,7 @@ impl Engine {
             let Some(name) = key_in_db(ctx, due.db, &due.key) else {
                 continue;
             };
-            let mut key = LockKey::open(ctx, &name);
+            let mut key = LockKey::open_due(ctx, &name, due.lock);
             let current = match key.lock() {
                 Ok(Some(lock)) => leases::address(lock) == due.lock && lock.deadline() <= now.mono,
                 _ => false,
@@ -336,7 +318,7 @@ impl Engine {
             // background): nothing to end.
             if current {
                 // The entry's count above stands for its first lease ended.
-                let ended = self.end_lease(ctx, &mut key, due.db, &name, None, now, budget + 1);
+                let ended = self.end_lease(ctx, &mut key, due.db, &name, now, budget + 1);
                 budget = budget.saturating_sub(ended.saturating_sub(1));
             }
         }
@@ -360,18 +342,9 @@ impl Engine {
         let Ok(Some(lock)) = key.lock() else {
             return;
         };
-        let indexed = lock.deadline();
         if lock.withdraw(&w.token, w.fence, now) {
             let ended = std::slice::from_ref(&w.token);
-            self.pass_on(
-                ctx,
-                &mut key,
-                w.db,
-                &name,
-                Some(indexed),
-                now,
-                Removal::Ended(ended),
-            );
+            self.pass_on(ctx, &mut key, w.db, &name, now, Removal::Ended(ended));
         }
     }
 
@@ -395,8 +368,7 @@ impl Engine {
                 let _ = self.settle(ctx, &mut key, db, &name, now);
             }
             Ok(Some(lock)) => {
-                let mut indexed = Some(lock.deadline());
-                self.grant_queued(ctx, lock, db, &name, &mut indexed, now, false);
+                self.grant_queued(ctx, lock, db, &name, now, false);
             }
             _ => {}
         }

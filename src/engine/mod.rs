@@ -20,7 +20,6 @@
 //! operation ends.
 
 mod handoff;
-pub mod leases;
 mod observe;
 mod observers;
 mod ops;
@@ -36,5 +35,5 @@ pub use server::{
     blocked_client_left, deliver, demoted, evicted, flushed, relocated, swapped,
     unblocked_by_client, unlinked, Arrival, Unblocked,
 };
-pub use state::{observing_clients, waiting_clients, with_fences};
+pub use state::{init, observing_clients, waiting_clients, with_fences};
 pub use waiters::Reply;

@@ -8,7 +8,6 @@
 
 use redis_module::{Context, ContextFlags, RedisString};
 
-use super::leases;
 use super::state::{with, with_fences, with_result, Engine};
 use crate::args::{AcquireArgs, ApplyArgs};
 use crate::blocked;
@@ -98,10 +97,9 @@ impl Engine {
             let lock = key.store(lock)?;
             stats::lock_created();
             let propagation = Propagation::of_command(token_arg);
-            self.changed(ctx, name, lock, propagation, None, now, Event::Acquired);
+            self.changed(ctx, name, lock, propagation, now, Event::Acquired);
             return Ok(Acquired::Fence(fence));
         };
-        let indexed = lock.deadline();
         let queued =
             super::state::waiting_clients() > 0 && self.waiters.head(db, name.as_slice()).is_some();
         let acquired = with_fences(|f| lock.acquire(a.token, a.ttl, a.want, queued, now, f))?;
@@ -129,11 +127,10 @@ impl Engine {
             self.adopt(db, name.as_slice(), a.token);
         }
         let propagation = Propagation::of_command(token_arg);
-        self.changed(ctx, name, lock, propagation, Some(indexed), now, event);
+        self.changed(ctx, name, lock, propagation, now, event);
         if matches!(acquired, Acquire::Downgraded(_)) {
             // Shared now: the shared requests at the head of the queue join at once.
-            let mut indexed = Some(lock.deadline());
-            self.grant_queued(ctx, lock, db, name, &mut indexed, now, true);
+            self.grant_queued(ctx, lock, db, name, now, true);
         }
         Ok(Acquired::Fence(fence))
     }
@@ -149,35 +146,28 @@ impl Engine {
         name: &RedisString,
         now: Now,
     ) -> Result<(), LockError> {
-        let indexed = match key.lock()? {
-            Some(lock) if lock.deadline() <= now.mono => lock.deadline(),
+        match key.lock()? {
+            Some(lock) if lock.deadline() <= now.mono => {}
             _ => return Ok(()),
-        };
+        }
         // All of them, however many: the command acts on the lock as it is now.
-        self.end_lease(ctx, key, db, name, Some(indexed), now, usize::MAX);
+        self.end_lease(ctx, key, db, name, now, usize::MAX);
         Ok(())
     }
 
-    /// After `lock` at `name` changed (indexed under `indexed`, or new): index its deadline,
-    /// propagate it, let `WATCH` see it, and record `event`.
-    #[allow(clippy::too_many_arguments)]
+    /// After `lock` at `name` changed: propagate it, make it known, and record `event`. (Its
+    /// key handle re-files its lease when it closes.)
     pub(super) fn changed(
         &mut self,
         ctx: &Context,
         name: &RedisString,
         lock: &mut Lock,
         propagation: Propagation,
-        indexed: Option<u64>,
         now: Now,
         event: Event,
     ) {
         // A client's change on a writable replica is this server's to end; on a master all are.
         lock.set_replica_write(replication::is_replica());
-        let deadline = lock.deadline();
-        if indexed != Some(deadline) {
-            let earliest = leases::update(leases::address(lock), indexed, Some(deadline));
-            self.arm(ctx, earliest, now);
-        }
         match propagation {
             Propagation::State(token) => {
                 if let Some(hold) = lock.hold_of(token.bytes()) {
@@ -221,14 +211,10 @@ pub fn release(
             let Some(lock) = key.lock()? else {
                 return Ok(false);
             };
-            let (at, indexed) = (leases::address(lock), lock.deadline());
             match lock.drop_hold(token, now.mono) {
                 None => return Ok(false),
-                Some(true) => leases::remove_and_delete(at, indexed, || key.delete()),
-                Some(false) => {
-                    let earliest = leases::update(at, Some(indexed), Some(lock.deadline()));
-                    e.arm(ctx, earliest, now);
-                }
+                Some(true) => key.delete(),
+                Some(false) => {}
             }
             ctx.replicate_verbatim();
             let lock = key.lock()?;
@@ -240,20 +226,11 @@ pub fn release(
         let Some(lock) = key.lock()? else {
             return Ok(false);
         };
-        let indexed = lock.deadline();
         if !lock.release(token, now) {
             return Ok(false);
         }
         stats::record(ctx, Event::Released, name);
-        e.pass_on(
-            ctx,
-            &mut key,
-            db,
-            name,
-            Some(indexed),
-            now,
-            Removal::Verbatim,
-        );
+        e.pass_on(ctx, &mut key, db, name, now, Removal::Verbatim);
         Ok(true)
     })
 }
@@ -314,13 +291,12 @@ fn by_holder<R>(
         let Some(lock) = key.lock()? else {
             return Ok(None);
         };
-        let indexed = lock.deadline();
         let Some(r) = change(lock)? else {
             return Ok(None);
         };
         e.adopt(db, name.as_slice(), token_arg.as_slice());
         let propagation = Propagation::of_command(token_arg);
-        e.changed(ctx, name, lock, propagation, Some(indexed), now, event);
+        e.changed(ctx, name, lock, propagation, now, event);
         Ok(Some(r))
     })
 }
@@ -358,13 +334,12 @@ pub fn apply(ctx: &Context, name: &RedisString, a: &ApplyArgs) -> Result<(), Loc
     let deadline = now.to_mono(a.deadline_unix_ms);
     with_result(|e| {
         let mut key = LockKey::open(ctx, name);
-        let (indexed, event) = match key.lock()? {
+        let event = match key.lock()? {
             Some(lock) => {
                 let event = applied_event(lock, a);
-                let indexed = lock.deadline();
                 lock.apply(a.token, deadline, a.fence, a.mode);
                 lock.note_fence(a.last_fence.unwrap_or(0));
-                (Some(indexed), event)
+                event
             }
             None => {
                 let db = selected_db(ctx);
@@ -378,16 +353,11 @@ pub fn apply(ctx: &Context, name: &RedisString, a: &ApplyArgs) -> Result<(), Loc
                     .ok_or(LockError::BadInternal("LOCK.APPLY", "state"))?;
                 key.store(lock)?;
                 stats::lock_created();
-                (None, Event::Acquired)
+                Event::Acquired
             }
         };
         with_fences(|f| f.observe(a.last_fence.unwrap_or(0).max(a.fence)));
         let lock = key.lock()?.ok_or(LockError::WrongType)?;
-        let earliest = lock.deadline();
-        if indexed != Some(earliest) {
-            let earliest = leases::update(leases::address(lock), indexed, Some(earliest));
-            e.arm(ctx, earliest, now);
-        }
         ctx.replicate_verbatim();
         e.modified(ctx, name, selected_db(ctx), Some(lock), now);
         stats::announce(ctx, event, name);

@@ -16,12 +16,12 @@ use std::sync::atomic::Ordering;
 
 use redis_module::{Context, ContextFlags, RedisString};
 
-use super::leases;
 use super::observers;
 use super::state::{anyone_waits, try_with, with, Engine, Withdrawal, HAS_PENDING, PENDING};
 use super::waiters::{Left, Reply, WaiterId};
 use crate::blocked::{self, Handle, HandleKey};
 use crate::keyspace::{selected_db, LockKey};
+use crate::leases;
 use crate::lock::Lock;
 use crate::propagate::{self, TokenArg};
 use crate::stats;

@@ -7,16 +7,18 @@
 
 use std::cell::RefCell;
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use redis_module::raw;
+use redis_module::{raw, Context};
 
 use super::observers::Observers;
 use super::waiters::Registry;
 use crate::blocked::Handle;
+use crate::clock;
 use crate::error::LockError;
 use crate::fence::FenceIssuer;
+use crate::leases;
 
 /// A grant whose client left before it was told, to be taken back by the sweep.
 #[derive(Debug)]
@@ -97,11 +99,39 @@ pub(super) fn try_with<R>(f: impl FnOnce(&mut Engine) -> R) -> Option<R> {
 fn run<R>(slot: &mut Option<Engine>, f: impl FnOnce(&mut Engine) -> R) -> R {
     let engine = slot.get_or_insert_with(new_engine);
     let r = f(engine);
+    // A lease filed by a key handle as the new earliest: the timer fires for it.
+    if let Some(at) = leases::take_new_earliest() {
+        engine.arm_for(at);
+    }
     engine.settle_pending();
     r
 }
 
+/// A context of the module's own, for timers armed where no other is at hand (see `run`).
+/// Made once at load, never freed: it lives as long as the module.
+static TIMER_CTX: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Makes the timers' context, at load.
+pub fn init(ctx: &Context) {
+    // SAFETY: ctx.ctx is the OnLoad context; a detached context may be used on the main
+    // thread, as timers are.
+    let own = unsafe { raw::RedisModule_GetDetachedThreadSafeContext.unwrap()(ctx.ctx) };
+    TIMER_CTX.store(own, Ordering::Relaxed);
+}
+
 impl Engine {
+    /// Arms the timer for the lease deadline `at` (monotonic). A timer armed no later serves
+    /// (the usual case: a lock taken again after its release finds its timer still armed).
+    fn arm_for(&mut self, at: u64) {
+        if matches!(self.timer, Some((armed, _)) if armed <= at) {
+            return;
+        }
+        let own = TIMER_CTX.load(Ordering::Relaxed);
+        if !own.is_null() {
+            self.arm(&Context::new(own), Some(at), clock::now());
+        }
+    }
+
     /// Handles key events that arrived while the engine was busy, then publishes the
     /// counts others read. Inlined, with the rare work apart: called after every operation,
     /// it would otherwise make the operation's result be copied around the call.

@@ -2,9 +2,11 @@
 //! lease, so that one timer for the earliest deadline ends them all on time.
 //!
 //! An entry is (deadline, address of the `Lock` value). Every lock in the keyspace has
-//! exactly one entry: added when the lock is created (acquire, load, restore, copy), moved
-//! when its deadline moves, and removed by the type's free callback before the value's
-//! memory is released. The lock carries its key's name and database, so an entry costs 16
+//! exactly one entry: added when the lock is created (load, restore, copy here; a new lock
+//! by the key handle that stored it), moved when its deadline moves, and removed by the type's
+//! free callback before the value's memory is released. A lock in a key is changed only
+//! through `keyspace::LockKey`, which moves its entry when it closes: no caller keeps the
+//! entry in step by hand. The lock carries its key's name and database, so an entry costs 16
 //! bytes and no copy of the key.
 //!
 //! This is the one part of the engine's state that another thread touches: a flush with
@@ -19,7 +21,7 @@
 //! naps. It must not spin without end: with the server pinned to one CPU, a main thread of
 //! higher priority (real-time, say) would keep being chosen over the holder.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use spin::mutex::{SpinMutex, SpinMutexGuard};
@@ -76,16 +78,35 @@ pub fn address(lock: &Lock) -> usize {
 }
 
 /// Moves the entry of the lock at `lock` from deadline `old` to `new` (either may be
-/// absent); the earliest deadline afterwards.
+/// absent); the earliest deadline afterwards. A new earliest deadline is noted for the
+/// engine's timer (`take_new_earliest`).
 pub fn update(lock: usize, old: Option<u64>, new: Option<u64>) -> Option<u64> {
     let mut l = leases();
     if let Some(old) = old {
-        l.remove(&Entry::new(old, lock));
+        let found = l.remove(&Entry::new(old, lock));
+        debug_assert!(found, "the lease index has no entry for {lock:#x} at {old}");
     }
+    let earliest = l.first().map(Entry::deadline);
     if let Some(new) = new {
         l.insert(Entry::new(new, lock));
+        if earliest.is_none_or(|e| new < e) {
+            NEW_EARLIEST.store(new, Ordering::Relaxed);
+            return Some(new);
+        }
     }
-    l.first().map(Entry::deadline)
+    earliest
+}
+
+/// A deadline that became the earliest since the last call, for the engine to arm its timer
+/// by: 0 for none. Written on the main thread only (the free callback only removes).
+static NEW_EARLIEST: AtomicU64 = AtomicU64::new(0);
+
+/// The deadline that became the earliest since the last call, if one did.
+pub fn take_new_earliest() -> Option<u64> {
+    if NEW_EARLIEST.load(Ordering::Relaxed) == 0 {
+        return None;
+    }
+    Some(NEW_EARLIEST.swap(0, Ordering::Relaxed)).filter(|&at| at != 0)
 }
 
 /// Adds a new lock's entry (loaded, restored or copied, outside any command).
@@ -180,12 +201,15 @@ pub fn forget(lock: *const Lock) {
     l.remove(&Entry::new(deadline, lock as usize));
 }
 
-/// Takes out the entry of the lock at `lock` (indexed under `deadline`), then runs
-/// `delete`, which deletes its key. The free callback that runs inside `delete` then has
-/// nothing to look for, which spares every release a second lock of the index. A free that
-/// the server defers to a background thread does not see the mark and looks (in vain).
-pub fn remove_and_delete(lock: usize, deadline: u64, delete: impl FnOnce()) {
-    update(lock, Some(deadline), None);
+/// Takes out the entry of the lock at `lock` (indexed under `filed`; none if the sweep took
+/// it out), then runs `delete`, which deletes its key. The free callback that runs inside
+/// `delete` then has nothing to look for, which spares every release a second lock of the
+/// index. A free that the server defers to a background thread does not see the mark and
+/// looks (in vain).
+pub fn remove_and_delete(lock: usize, filed: Option<u64>, delete: impl FnOnce()) {
+    if filed.is_some() {
+        update(lock, filed, None);
+    }
     DELETING.store(lock, Ordering::Relaxed);
     delete();
     DELETING.store(0, Ordering::Relaxed);
