@@ -1,4 +1,5 @@
-//! How a free lock passes on, and the sweep that ends leases and waits on time.
+//! How a free lock passes on (the hand-off rules), and the sweep that ends leases and waits
+//! on time.
 //!
 //! One ordered index holds every lease deadline (`leases.rs`), the registry every wait
 //! deadline; one module timer is armed for the earliest of them, and the server's cron
@@ -12,14 +13,13 @@
 //! replica ends only the leases its own clients took (a writable replica, as core expires
 //! the keys written there); its master's end with the master's `DEL` on the link.
 
-use std::time::Duration;
+use redis_module::{Context, ContextFlags};
 
-use redis_module::{Context, ContextFlags, RedisString};
-
-use super::ops::{Propagation, Removal};
-use super::state::{with, with_fences, Engine, Withdrawal};
+use super::effects::{with, Op, Propagation, Removal};
+use super::state::{with_fences, Engine, Withdrawal};
 use crate::blocked;
 use crate::clock::{self, Now};
+use crate::error::LockError;
 use crate::keyspace::{key_in_db, LockKey};
 use crate::leases;
 use crate::lock::{Acquire, AcquireError, Lock, Mode};
@@ -49,21 +49,14 @@ pub(super) enum Granting {
 }
 
 impl Engine {
-    /// Holds of the lock at `key` ended at `now`, as `removal` says: the waiters at the head
-    /// of its queue that it now admits hold it, or the holds that stay keep it, or the key is
+    /// Holds of the lock at `key` ended, as `removal` says: the waiters at the head of its
+    /// queue that it now admits hold it, or the holds that stay keep it, or the key is
     /// removed.
-    pub(super) fn pass_on(
-        &mut self,
-        ctx: &Context,
-        key: &mut LockKey,
-        db: i32,
-        name: &RedisString,
-        now: Now,
-        removal: Removal,
-    ) {
+    pub(super) fn pass_on(&mut self, op: &Op, key: &mut LockKey, removal: Removal) {
         let Ok(Some(lock)) = key.lock() else {
             return;
         };
+        let Op { ctx, name, now, .. } = *op;
         // An exclusive hold's end needs no message of its own: the next holder's state
         // replaces it, or the key's removal says it. A shared hold's end is propagated as
         // itself, before the grants that follow it join the holds that stay.
@@ -79,7 +72,7 @@ impl Engine {
             }
         }
         let by_command = removal == Removal::Verbatim;
-        match self.grant_queued(ctx, lock, db, name, now, by_command) {
+        match self.grant_queued(op, lock, by_command) {
             Granting::Granted => return,
             Granting::NoFence => {
                 // No fence left in this millisecond: the lock stays free, filed as due, and
@@ -92,7 +85,7 @@ impl Engine {
         }
         if lock.is_held(now) {
             // Other shared holds stay: the lock is filed under the earliest of them.
-            self.modified(ctx, name, db, Some(lock), now);
+            self.modified(op, Some(lock));
             return;
         }
         key.delete();
@@ -101,7 +94,7 @@ impl Engine {
             Removal::Ended(_) => propagate::replicate_del(ctx, name),
             Removal::Verbatim => ctx.replicate_verbatim(),
         }
-        self.modified(ctx, name, db, None, now);
+        self.modified(op, None);
     }
 
     /// Grants `lock` to the head of its queue, then to the new head, and so on while the
@@ -110,15 +103,8 @@ impl Engine {
     /// same kind renews its hold under the same fence, a shared request downgrades an
     /// exclusive hold; one token never holds a key twice. `by_command`: a client's command
     /// made the lock free, and is itself propagated.
-    pub(super) fn grant_queued(
-        &mut self,
-        ctx: &Context,
-        lock: &mut Lock,
-        db: i32,
-        name: &RedisString,
-        now: Now,
-        by_command: bool,
-    ) -> Granting {
+    pub(super) fn grant_queued(&mut self, op: &Op, lock: &mut Lock, by_command: bool) -> Granting {
+        let Op { db, name, now, .. } = *op;
         // As for the command's own change (`Propagation::of_command`): where nothing reads
         // the stream, a grant inside a client's command goes as that command, which Redis
         // discards unbuilt. Building `LOCK.APPLY` was a tenth of a contended hand-off's
@@ -138,7 +124,7 @@ impl Engine {
                 Err(AcquireError::Fence(_)) if granted => {
                     // The rest join when a fence can be issued again (the sweep retries).
                     self.regrants.push((db, name.as_slice().into()));
-                    self.arm(ctx, Some(now.mono + 1000), now);
+                    self.arm(op.ctx, Some(now.mono + 1000), now);
                     return Granting::Granted;
                 }
                 Err(AcquireError::Fence(_)) => return Granting::NoFence,
@@ -151,7 +137,7 @@ impl Engine {
             } else {
                 Propagation::State(TokenArg::Bytes(&token))
             };
-            self.changed(ctx, name, lock, state, now, Event::Granted);
+            self.changed(op, lock, state, Event::Granted);
             let untold = fresh || inherited;
             if let Some((handle, id)) = self.waiters.grant_head(db, name.as_slice(), fence, untold)
             {
@@ -187,55 +173,41 @@ impl Engine {
             .retain(|w| !(w.db == db && &*w.key == key && &*w.token == token));
     }
 
+    /// Ends the leases of the lock at `key` that are due, exactly as the sweep would, before
+    /// a command acts on it: so that nobody slips in ahead of the queue, and every lease end
+    /// is counted once.
+    pub(super) fn settle(&mut self, op: &Op, key: &mut LockKey) -> Result<(), LockError> {
+        match key.lock()? {
+            Some(lock) if lock.deadline() <= op.now.mono => {}
+            _ => return Ok(()),
+        }
+        // All of them, however many: the command acts on the lock as it is now.
+        self.end_lease(op, key, usize::MAX);
+        Ok(())
+    }
+
     /// Up to `limit` of the leases of the lock at `key` that are due ended, each counted and
     /// announced, then the lock passed on; how many ended. Where more are due than `limit`
     /// (shared holds ending together), the ones ended are propagated and the lock stays
     /// filed as due: the sweep ends the rest in the next turns, and passes the lock on then.
-    pub(super) fn end_lease(
-        &mut self,
-        ctx: &Context,
-        key: &mut LockKey,
-        db: i32,
-        name: &RedisString,
-        now: Now,
-        limit: usize,
-    ) -> usize {
+    pub(super) fn end_lease(&mut self, op: &Op, key: &mut LockKey, limit: usize) -> usize {
         let Ok(Some(lock)) = key.lock() else {
             return 0;
         };
-        let ended = lock.end_due(now, limit);
+        let ended = lock.end_due(op.now, limit);
         for _ in &ended {
-            stats::record(ctx, Event::Expired, name);
+            stats::record(op.ctx, Event::Expired, op.name);
         }
-        if lock.recorded() > 1 && lock.deadline() <= now.mono {
+        if lock.recorded() > 1 && lock.deadline() <= op.now.mono {
             // Only shared holds come more than one to a key.
             for token in &ended {
-                propagate::replicate_release(ctx, name, token);
+                propagate::replicate_release(op.ctx, op.name, token);
             }
-            self.modified(ctx, name, db, Some(lock), now);
+            self.modified(op, Some(lock));
             return ended.len();
         }
-        self.pass_on(ctx, key, db, name, now, Removal::Ended(&ended));
+        self.pass_on(op, key, Removal::Ended(&ended));
         ended.len()
-    }
-
-    /// Arms the timer to fire by `deadline` (monotonic), unless one is armed that fires no
-    /// later.
-    pub(super) fn arm(&mut self, ctx: &Context, deadline: Option<u64>, now: Now) {
-        let Some(deadline) = deadline else {
-            return;
-        };
-        if matches!(self.timer, Some((at, _)) if at <= deadline) {
-            return;
-        }
-        if let Some((_, id)) = self.timer.take() {
-            // The old timer may have fired already; its data is `()`, so nothing is lost.
-            let _ = ctx.stop_timer::<()>(id);
-        }
-        // Timers count whole milliseconds: round up, and let the sweep re-arm if early.
-        let delay = deadline.saturating_sub(now.mono).div_ceil(1000).max(1);
-        let id = ctx.create_timer(Duration::from_millis(delay), on_timer, ());
-        self.timer = Some((deadline, id));
     }
 
     /// Ends every wait and lease that is due, hands back undelivered grants, and re-arms.
@@ -317,8 +289,14 @@ impl Engine {
             // Otherwise the entry outlived its lock's key (a flush freeing it in the
             // background): nothing to end.
             if current {
+                let op = Op {
+                    ctx,
+                    name: &name,
+                    db: due.db,
+                    now,
+                };
                 // The entry's count above stands for its first lease ended.
-                let ended = self.end_lease(ctx, &mut key, due.db, &name, now, budget + 1);
+                let ended = self.end_lease(&op, &mut key, budget + 1);
                 budget = budget.saturating_sub(ended.saturating_sub(1));
             }
         }
@@ -334,9 +312,15 @@ impl Engine {
             return;
         };
         let mut key = LockKey::open(ctx, &name);
+        let op = Op {
+            ctx,
+            name: &name,
+            db: w.db,
+            now,
+        };
         // Leases that ended meanwhile end first, counted and passed on as the sweep would:
         // the grants that follow must not pass them by.
-        if self.settle(ctx, &mut key, w.db, &name, now).is_err() {
+        if self.settle(&op, &mut key).is_err() {
             return;
         }
         let Ok(Some(lock)) = key.lock() else {
@@ -344,7 +328,7 @@ impl Engine {
         };
         if lock.withdraw(&w.token, w.fence, now) {
             let ended = std::slice::from_ref(&w.token);
-            self.pass_on(ctx, &mut key, w.db, &name, now, Removal::Ended(ended));
+            self.pass_on(&op, &mut key, Removal::Ended(ended));
         }
     }
 
@@ -362,29 +346,27 @@ impl Engine {
             return;
         };
         let mut key = LockKey::open(ctx, &name);
+        let op = Op {
+            ctx,
+            name: &name,
+            db,
+            now,
+        };
         // As in `withdraw`; a lease end passes the lock on itself.
         match key.lock() {
             Ok(Some(lock)) if lock.deadline() <= now.mono => {
-                let _ = self.settle(ctx, &mut key, db, &name, now);
+                let _ = self.settle(&op, &mut key);
             }
             Ok(Some(lock)) => {
-                self.grant_queued(ctx, lock, db, &name, now, false);
+                self.grant_queued(&op, lock, false);
             }
             _ => {}
         }
     }
-
-    /// Makes the sweep run on the next turn of the event loop.
-    pub(super) fn timer_soon(&mut self, ctx: &Context) {
-        if let Some((_, id)) = self.timer.take() {
-            let _ = ctx.stop_timer::<()>(id);
-        }
-        let id = ctx.create_timer(Duration::from_millis(1), on_timer, ());
-        self.timer = Some((0, id));
-    }
 }
 
-fn on_timer(ctx: &Context, _: ()) {
+/// The timer's callback (installed with `effects::init`).
+pub(super) fn on_timer(ctx: &Context, _: ()) {
     with(|e| {
         e.timer = None;
         e.sweep(ctx);

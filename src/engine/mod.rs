@@ -19,6 +19,7 @@
 //! once), so a key event that finds the engine busy is queued and handled when the running
 //! operation ends.
 
+mod effects;
 mod handoff;
 mod observe;
 mod observers;
@@ -28,12 +29,18 @@ mod state;
 pub mod waiters;
 
 // The adapters' entry points.
+pub use effects::is_replay;
 pub use handoff::{aof_rewrite_started, highwater, on_cron};
 pub use observe::{deliver_observation, is_observer, observe, Observed};
-pub use ops::{acquire, apply, extend, fence, guard, is_replay, queued_at, release, Acquired};
+pub use ops::{acquire, apply, extend, fence, guard, queued_at, release, Acquired};
 pub use server::{
     blocked_client_left, deliver, demoted, evicted, flushed, relocated, swapped,
     unblocked_by_client, unlinked, Arrival, Unblocked,
 };
-pub use state::{init, observing_clients, waiting_clients, with_fences};
+pub use state::{observing_clients, waiting_clients, with_fences};
+
+/// Readies the engine at load: the timer's context and callback.
+pub fn init(ctx: &redis_module::Context) {
+    effects::init(ctx, handoff::on_timer);
+}
 pub use waiters::Reply;

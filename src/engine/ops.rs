@@ -1,14 +1,11 @@
-//! What the `LOCK.*` commands do to a lock, once their arguments are parsed.
-//!
-//! Effects are propagated as state, never as the command: `LOCK.APPLY` (syntax in
-//! `args::apply`) with the absolute Unix-millisecond deadline, and `DEL key` when a lock goes
-//! away, so that a replica or a replayed AOF holds exactly what the master held, whatever its
-//! clock. While nothing reads the stream (`replication.rs`), a client's command stands in
-//! for its state, which the server then discards unbuilt.
+//! What the `LOCK.*` commands do to a lock, once their arguments are parsed: the adapters'
+//! entry points. Each runs as one engine operation (`effects::with`) on one key, with the
+//! hand-off rules below it (`handoff.rs`) and its effects below those (`effects.rs`).
 
-use redis_module::{Context, ContextFlags, RedisString};
+use redis_module::{Context, RedisString};
 
-use super::state::{with, with_fences, with_result, Engine};
+use super::effects::{is_replay, may_block, with, with_result, Op, Propagation, Removal};
+use super::state::{with_fences, Engine};
 use crate::args::{AcquireArgs, ApplyArgs};
 use crate::blocked;
 use crate::clock::{self, Now};
@@ -16,29 +13,8 @@ use crate::config;
 use crate::error::LockError;
 use crate::keyspace::{selected_db, LockKey, ReadKey};
 use crate::lock::{Acquire, Fenced, HoldRef, Lock, Mode};
-use crate::propagate::TokenArg;
 use crate::replication;
 use crate::stats::{self, Event};
-
-/// How a change reaches replicas and the AOF.
-#[derive(Clone, Copy)]
-pub(super) enum Propagation<'a> {
-    /// `LOCK.APPLY`: the state of this token's hold.
-    State(TokenArg<'a>),
-    /// The client's command itself (see the module comment).
-    Verbatim,
-}
-
-impl<'a> Propagation<'a> {
-    /// For a change a client's command made: the token by reference to its argument.
-    fn of_command(token: &'a RedisString) -> Self {
-        if replication::stream_is_read() {
-            Propagation::State(TokenArg::Arg(token))
-        } else {
-            Propagation::Verbatim
-        }
-    }
-}
 
 /// What `LOCK.ACQUIRE` answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,19 +25,14 @@ pub enum Acquired {
     Blocked,
 }
 
-/// True for a command the master link or the AOF sent.
-pub fn is_replay(ctx: &Context) -> bool {
-    from_master_or_aof(ctx)
-}
-
-fn from_master_or_aof(ctx: &Context) -> bool {
-    ctx.get_flags()
-        .intersects(ContextFlags::REPLICATED | ContextFlags::LOADING)
-}
-
-pub(super) fn may_block(ctx: &Context) -> bool {
-    !ctx.get_flags()
-        .intersects(ContextFlags::MULTI | ContextFlags::LUA | ContextFlags::DENY_BLOCKING)
+/// The operation of the running command on the key `name`.
+fn op<'a>(ctx: &'a Context, name: &'a RedisString, now: Now) -> Op<'a> {
+    Op {
+        ctx,
+        name,
+        db: selected_db(ctx),
+        now,
+    }
 }
 
 /// `LOCK.ACQUIRE key token ttl [SHARED [LIMIT n]] [WAIT timeout]`; `wait_until` is the monotonic deadline of
@@ -74,22 +45,20 @@ pub fn acquire(
     wait_until: Option<Option<u64>>,
     now: Now,
 ) -> Result<Acquired, LockError> {
-    with_result(|e| e.acquire(ctx, name, token_arg, a, wait_until, now))
+    with_result(|e| e.acquire(&op(ctx, name, now), token_arg, a, wait_until))
 }
 
 impl Engine {
     fn acquire(
         &mut self,
-        ctx: &Context,
-        name: &RedisString,
+        op: &Op,
         token_arg: &RedisString,
         a: &AcquireArgs,
         wait_until: Option<Option<u64>>,
-        now: Now,
     ) -> Result<Acquired, LockError> {
-        let db = selected_db(ctx);
+        let Op { ctx, name, db, now } = *op;
         let mut key = LockKey::open(ctx, name);
-        self.settle(ctx, &mut key, db, name, now)?;
+        self.settle(op, &mut key)?;
         let Some(lock) = key.lock()? else {
             let (lock, fence) = with_fences(|f| {
                 Lock::acquired(name.as_slice(), db, a.token, a.ttl, a.want.mode, now, f)
@@ -97,7 +66,7 @@ impl Engine {
             let lock = key.store(lock)?;
             stats::lock_created();
             let propagation = Propagation::of_command(token_arg);
-            self.changed(ctx, name, lock, propagation, now, Event::Acquired);
+            self.changed(op, lock, propagation, Event::Acquired);
             return Ok(Acquired::Fence(fence));
         };
         let queued =
@@ -127,71 +96,13 @@ impl Engine {
             self.adopt(db, name.as_slice(), a.token);
         }
         let propagation = Propagation::of_command(token_arg);
-        self.changed(ctx, name, lock, propagation, now, event);
+        self.changed(op, lock, propagation, event);
         if matches!(acquired, Acquire::Downgraded(_)) {
             // Shared now: the shared requests at the head of the queue join at once.
-            self.grant_queued(ctx, lock, db, name, now, true);
+            self.grant_queued(op, lock, true);
         }
         Ok(Acquired::Fence(fence))
     }
-
-    /// Ends the leases of the lock at `key` that are due, exactly as the sweep would, before
-    /// a command acts on it: so that nobody slips in ahead of the queue, and every lease end
-    /// is counted once.
-    pub(super) fn settle(
-        &mut self,
-        ctx: &Context,
-        key: &mut LockKey,
-        db: i32,
-        name: &RedisString,
-        now: Now,
-    ) -> Result<(), LockError> {
-        match key.lock()? {
-            Some(lock) if lock.deadline() <= now.mono => {}
-            _ => return Ok(()),
-        }
-        // All of them, however many: the command acts on the lock as it is now.
-        self.end_lease(ctx, key, db, name, now, usize::MAX);
-        Ok(())
-    }
-
-    /// After `lock` at `name` changed: propagate it, make it known, and record `event`. (Its
-    /// key handle re-files its lease when it closes.)
-    pub(super) fn changed(
-        &mut self,
-        ctx: &Context,
-        name: &RedisString,
-        lock: &mut Lock,
-        propagation: Propagation,
-        now: Now,
-        event: Event,
-    ) {
-        // A client's change on a writable replica is this server's to end; on a master all are.
-        lock.set_replica_write(replication::is_replica());
-        match propagation {
-            Propagation::State(token) => {
-                if let Some(hold) = lock.hold_of(token.bytes()) {
-                    replicate_hold(ctx, name, token, hold, lock.mode(), now);
-                }
-            }
-            Propagation::Verbatim => ctx.replicate_verbatim(),
-        }
-        self.modified(ctx, name, lock.db(), Some(lock), now);
-        stats::record(ctx, event, name);
-    }
-}
-
-/// Propagates one hold as `LOCK.APPLY`.
-pub(super) fn replicate_hold(
-    ctx: &Context,
-    name: &RedisString,
-    token: TokenArg,
-    hold: HoldRef,
-    mode: Mode,
-    now: Now,
-) {
-    let wall = now.to_wall(hold.deadline);
-    crate::propagate::replicate_state(ctx, name, token, wall, hold.fence, mode);
 }
 
 /// `LOCK.RELEASE key token`: whether `token` held the lock.
@@ -202,9 +113,9 @@ pub fn release(
     now: Now,
 ) -> Result<bool, LockError> {
     with_result(|e| {
-        let db = selected_db(ctx);
+        let op = op(ctx, name, now);
         let mut key = LockKey::open(ctx, name);
-        if replication::may_replay() && from_master_or_aof(ctx) {
+        if replication::may_replay() && is_replay(ctx) {
             // A release the master propagated (or a shared hold's end): it happened there, and
             // this server's clock (a replica's, or a restart's) must not overrule it. Nobody
             // waits here.
@@ -218,11 +129,11 @@ pub fn release(
             }
             ctx.replicate_verbatim();
             let lock = key.lock()?;
-            e.modified(ctx, name, db, lock.as_deref(), now);
+            e.modified(&op, lock.as_deref());
             stats::announce(ctx, Event::Released, name);
             return Ok(true);
         }
-        e.settle(ctx, &mut key, db, name, now)?;
+        e.settle(&op, &mut key)?;
         let Some(lock) = key.lock()? else {
             return Ok(false);
         };
@@ -230,20 +141,9 @@ pub fn release(
             return Ok(false);
         }
         stats::record(ctx, Event::Released, name);
-        e.pass_on(ctx, &mut key, db, name, now, Removal::Verbatim);
+        e.pass_on(&op, &mut key, Removal::Verbatim);
         Ok(true)
     })
-}
-
-/// How a lock's removal reaches replicas and the AOF.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Removal<'a> {
-    /// The holds of these tokens ended without a client asking (lease ends, a withdrawn
-    /// grant): `DEL key` when the key goes, `LOCK.RELEASE key token` for each shared hold.
-    Ended(&'a [Box<[u8]>]),
-    /// The `LOCK.RELEASE` itself, which replays to the same removal. It spares
-    /// `RedisModule_Replicate`'s command lookup, a third of the cost of a release.
-    Verbatim,
 }
 
 /// `LOCK.EXTEND key token ttl`: whether `token` held the lock.
@@ -285,18 +185,18 @@ fn by_holder<R>(
     change: impl FnOnce(&mut Lock) -> Result<Option<R>, LockError>,
 ) -> Result<Option<R>, LockError> {
     with_result(|e| {
-        let db = selected_db(ctx);
+        let op = op(ctx, name, now);
         let mut key = LockKey::open(ctx, name);
-        e.settle(ctx, &mut key, db, name, now)?;
+        e.settle(&op, &mut key)?;
         let Some(lock) = key.lock()? else {
             return Ok(None);
         };
         let Some(r) = change(lock)? else {
             return Ok(None);
         };
-        e.adopt(db, name.as_slice(), token_arg.as_slice());
+        e.adopt(op.db, name.as_slice(), token_arg.as_slice());
         let propagation = Propagation::of_command(token_arg);
-        e.changed(ctx, name, lock, propagation, now, event);
+        e.changed(&op, lock, propagation, event);
         Ok(Some(r))
     })
 }
@@ -359,7 +259,7 @@ pub fn apply(ctx: &Context, name: &RedisString, a: &ApplyArgs) -> Result<(), Loc
         with_fences(|f| f.observe(a.last_fence.unwrap_or(0).max(a.fence)));
         let lock = key.lock()?.ok_or(LockError::WrongType)?;
         ctx.replicate_verbatim();
-        e.modified(ctx, name, selected_db(ctx), Some(lock), now);
+        e.modified(&op(ctx, name, now), Some(lock));
         stats::announce(ctx, event, name);
         Ok(())
     })

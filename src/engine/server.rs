@@ -12,33 +12,19 @@
 //! flushes and `SWAPDB` through server events.
 
 use std::cell::RefCell;
-use std::sync::atomic::Ordering;
 
 use redis_module::{Context, ContextFlags, RedisString};
 
+use super::effects::{try_with, wake, with};
 use super::observers;
-use super::state::{anyone_waits, try_with, with, Engine, Withdrawal, HAS_PENDING, PENDING};
+use super::state::{self, anyone_waits, Withdrawal};
 use super::waiters::{Left, Reply, WaiterId};
-use crate::blocked::{self, Handle, HandleKey};
+use crate::blocked::{self, HandleKey};
 use crate::keyspace::{selected_db, LockKey};
 use crate::leases;
 use crate::lock::Lock;
 use crate::propagate::{self, TokenArg};
 use crate::stats;
-
-impl Engine {
-    /// The value at (db, key) was deleted, replaced or moved away.
-    pub(super) fn key_gone(&mut self, db: i32, key: &[u8]) {
-        wake_all(self.waiters.answer_key(db, key));
-        self.answer_observers_of(db, key);
-    }
-}
-
-fn wake_all(woken: Vec<(Handle, WaiterId)>) {
-    for (handle, id) in woken {
-        blocked::wake(handle, id);
-    }
-}
 
 /// `RENAME`, `MOVE`, `COPY` and `RESTORE` put a lock under a name or database it may not
 /// know yet; it keeps its own, for the lease-end sweep to find it by.
@@ -99,8 +85,8 @@ pub fn swapped(a: i32, b: i32) {
     }
     leases::swap_dbs(a, b);
     with(|e| {
-        wake_all(e.waiters.answer_db(Some(a), Reply::Null));
-        wake_all(e.waiters.answer_db(Some(b), Reply::Null));
+        wake(e.waiters.answer_db(Some(a), Reply::Null));
+        wake(e.waiters.answer_db(Some(b), Reply::Null));
         e.answer_observers_in(Some(a));
         e.answer_observers_in(Some(b));
         for w in &mut e.withdrawals {
@@ -120,7 +106,7 @@ pub fn swapped(a: i32, b: i32) {
 /// answered in this turn even when the values are freed in the background.
 pub fn flushed(db: Option<i32>) {
     with(|e| {
-        wake_all(e.waiters.answer_db(db, Reply::Null));
+        wake(e.waiters.answer_db(db, Reply::Null));
         e.answer_observers_in(db);
         e.withdrawals.retain(|w| db.is_some_and(|db| db != w.db));
     });
@@ -130,7 +116,7 @@ pub fn flushed(db: Option<i32>) {
 /// get the error the server gives its own blocked clients then.
 pub fn demoted() {
     with(|e| {
-        wake_all(e.waiters.answer_db(None, Reply::Demoted));
+        wake(e.waiters.answer_db(None, Reply::Demoted));
         e.withdrawals.clear();
     });
 }
@@ -245,11 +231,7 @@ pub fn unlinked(lock: &Lock) {
     if try_with(|e| e.key_gone(db, key)).is_none() {
         // Inside an engine operation (its own delete, or a key it opened expired): handled
         // when it ends.
-        PENDING
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((db, key.to_vec()));
-        HAS_PENDING.store(true, Ordering::Release);
+        state::note_pending(db, key);
     }
 }
 

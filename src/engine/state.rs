@@ -1,4 +1,5 @@
-//! The engine's state, and the only way to reach it. Everything but the lease index
+//! The engine's state, and the only way to reach it (through `effects::with`, the frame of
+//! every operation). Everything but the lease index
 //! (`leases.rs`) lives here, touched by the main thread only: the server runs commands,
 //! timers, blocked-client callbacks, server events and loading there, and a thread of its
 //! own only to free values (which reaches the lease index alone). So the state is
@@ -7,18 +8,15 @@
 
 use std::cell::RefCell;
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use redis_module::{raw, Context};
+use redis_module::raw;
 
 use super::observers::Observers;
 use super::waiters::Registry;
 use crate::blocked::Handle;
-use crate::clock;
-use crate::error::LockError;
 use crate::fence::FenceIssuer;
-use crate::leases;
 
 /// A grant whose client left before it was told, to be taken back by the sweep.
 #[derive(Debug)]
@@ -52,9 +50,9 @@ thread_local! {
         const { ManuallyDrop::new(RefCell::new(None)) };
 }
 
-/// Keys that changed under the engine while it was busy (see the module comment).
-pub(super) static PENDING: Mutex<Vec<(i32, Vec<u8>)>> = Mutex::new(Vec::new());
-pub(super) static HAS_PENDING: AtomicBool = AtomicBool::new(false);
+/// Keys that changed under the engine while it was busy (see the engine's module comment).
+static PENDING: Mutex<Vec<(i32, Vec<u8>)>> = Mutex::new(Vec::new());
+static HAS_PENDING: AtomicBool = AtomicBool::new(false);
 
 /// Mirrors of the registry, for readers that must not take the engine: `INFO`, and the key
 /// event callback, which runs on every write in the server and returns at once while
@@ -75,91 +73,49 @@ fn new_engine() -> Engine {
     }
 }
 
-/// Runs `f` on the engine. Never from inside it: the adapters call in once, and what the
-/// server calls back while the engine works goes through `try_with`.
-pub(super) fn with<R>(f: impl FnOnce(&mut Engine) -> R) -> R {
-    ENGINE.with(|cell| run(&mut cell.borrow_mut(), f))
-}
-
-/// `with`, for an operation that may fail. The error crosses the engine's bookkeeping
-/// (`run`, `settle_pending`) boxed: a `Result` holding a `LockError` is too large for
-/// registers, and copying it around that code stalled the CPU on every command; with the
-/// error boxed the `Result` fits in two registers, and errors are rare.
-pub(super) fn with_result<T>(
-    f: impl FnOnce(&mut Engine) -> Result<T, LockError>,
-) -> Result<T, LockError> {
-    with(|e| f(e).map_err(Box::new)).map_err(|e| *e)
+/// Runs `f` on the engine (see `effects::with`, the only caller).
+pub(super) fn borrow<R>(f: impl FnOnce(&mut Engine) -> R) -> R {
+    ENGINE.with(|cell| f(cell.borrow_mut().get_or_insert_with(new_engine)))
 }
 
 /// Runs `f` on the engine unless this thread is inside it already; `None` then.
-pub(super) fn try_with<R>(f: impl FnOnce(&mut Engine) -> R) -> Option<R> {
-    ENGINE.with(|cell| Some(run(&mut *cell.try_borrow_mut().ok()?, f)))
+pub(super) fn try_borrow<R>(f: impl FnOnce(&mut Engine) -> R) -> Option<R> {
+    ENGINE.with(|cell| {
+        Some(f(cell
+            .try_borrow_mut()
+            .ok()?
+            .get_or_insert_with(new_engine)))
+    })
 }
 
-fn run<R>(slot: &mut Option<Engine>, f: impl FnOnce(&mut Engine) -> R) -> R {
-    let engine = slot.get_or_insert_with(new_engine);
-    let r = f(engine);
-    // A lease filed by a key handle as the new earliest: the timer fires for it.
-    if let Some(at) = leases::take_new_earliest() {
-        engine.arm_for(at);
-    }
-    engine.settle_pending();
-    r
+/// Notes that the value at (db, key) went while the engine was busy.
+pub(super) fn note_pending(db: i32, key: &[u8]) {
+    PENDING
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((db, key.to_vec()));
+    HAS_PENDING.store(true, Ordering::Release);
 }
 
-/// A context of the module's own, for timers armed where no other is at hand (see `run`).
-/// Made once at load, never freed: it lives as long as the module.
-static TIMER_CTX: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(std::ptr::null_mut());
-
-/// Makes the timers' context, at load.
-pub fn init(ctx: &Context) {
-    // SAFETY: ctx.ctx is the OnLoad context; a detached context may be used on the main
-    // thread, as timers are.
-    let own = unsafe { raw::RedisModule_GetDetachedThreadSafeContext.unwrap()(ctx.ctx) };
-    TIMER_CTX.store(own, Ordering::Relaxed);
+/// Whether key events are pending, clearing the flag. A plain load first: the swap is a
+/// locked instruction, and nothing is pending after almost every operation.
+#[inline(always)]
+pub(super) fn take_pending_flag() -> bool {
+    HAS_PENDING.load(Ordering::Acquire) && HAS_PENDING.swap(false, Ordering::AcqRel)
 }
 
-impl Engine {
-    /// Arms the timer for the lease deadline `at` (monotonic). A timer armed no later serves
-    /// (the usual case: a lock taken again after its release finds its timer still armed).
-    fn arm_for(&mut self, at: u64) {
-        if matches!(self.timer, Some((armed, _)) if armed <= at) {
-            return;
-        }
-        let own = TIMER_CTX.load(Ordering::Relaxed);
-        if !own.is_null() {
-            self.arm(&Context::new(own), Some(at), clock::now());
-        }
-    }
+/// The key events that arrived while the engine was busy.
+pub(super) fn take_pending() -> Vec<(i32, Vec<u8>)> {
+    std::mem::take(&mut *PENDING.lock().unwrap_or_else(|e| e.into_inner()))
+}
 
-    /// Handles key events that arrived while the engine was busy, then publishes the
-    /// counts others read. Inlined, with the rare work apart: called after every operation,
-    /// it would otherwise make the operation's result be copied around the call.
-    #[inline(always)]
-    fn settle_pending(&mut self) {
-        // A plain load first: the swap is a locked instruction, and nothing is pending on
-        // almost every call.
-        if HAS_PENDING.load(Ordering::Acquire) && HAS_PENDING.swap(false, Ordering::AcqRel) {
-            self.handle_pending();
-        }
-        if !self.observed.is_empty() {
-            self.answer_observed();
-        }
-        QUEUED.store(self.waiters.queued(), Ordering::Relaxed);
-        OBSERVING.store(self.observers.blocked(), Ordering::Relaxed);
-        let anyone = !self.waiters.is_empty() || !self.observers.is_empty();
-        ANYONE_WAITS.store(anyone, Ordering::Relaxed);
-    }
-
-    /// Out of line, so that the inlined part stays small.
-    #[cold]
-    #[inline(never)]
-    fn handle_pending(&mut self) {
-        let pending = std::mem::take(&mut *PENDING.lock().unwrap_or_else(|e| e.into_inner()));
-        for (db, key) in pending {
-            self.key_gone(db, &key);
-        }
-    }
+/// Publishes the counts that readers outside the engine take.
+#[inline(always)]
+pub(super) fn publish(engine: &Engine) {
+    QUEUED.store(engine.waiters.queued(), Ordering::Relaxed);
+    OBSERVING.store(engine.observers.blocked(), Ordering::Relaxed);
+    let anyone = !engine.waiters.is_empty() || !engine.observers.is_empty();
+    ANYONE_WAITS.store(anyone, Ordering::Relaxed);
 }
 
 /// Clients waiting right now, for `INFO lock`.
