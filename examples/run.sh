@@ -27,7 +27,7 @@ started=$(now_ms)
 
 # -- the examples, filtered by the arguments --------------------------------------------------
 examples=()
-for name in mutex_guarded rwlock semaphore lost_lock; do examples+=("python/$name.py"); done
+for name in mutex_guarded rwlock semaphore lost_lock election; do examples+=("python/$name.py"); done
 for name in mutex_guarded rwlock semaphore lost_lock; do examples+=("rust/$name"); done
 for name in mutex_guarded rwlock semaphore; do examples+=("redis-cli/$name.sh"); done
 if [ $# -gt 0 ]; then

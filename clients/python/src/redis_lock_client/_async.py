@@ -35,9 +35,9 @@ class _Kind(_SyncKind):
         hold`` holds it for the block. Raises ``NotAcquired`` / ``NotDurable``."""
         return _Acquiring(self, timeout, blocking, on_lost)
 
-    async def _acquire(self, timeout, blocking, on_lost):
+    async def _acquire(self, timeout, blocking, on_lost, token=None):
         wait_ms = c.wait_ms_for(timeout, blocking)
-        token = c.new_token()
+        token = c.new_token() if token is None else token  # a candidate's identity
         hc = await AsyncHoldConnection.open(self.client, self.name, wait_ms)
         maybe_granted = True
         try:

@@ -51,21 +51,26 @@ class AsyncHoldConnection:
     checking that nothing is waiting to be read on it. A wait without limit gets a fresh
     connection without a read timeout, never reused."""
 
-    def __init__(self, cls, kwargs, wait_ms, owner=None):
+    def __init__(self, cls, kwargs, wait_ms, owner=None, socket_timeout=None):
         self._cls, self._kwargs = cls, kwargs
         self.user_timeout = kwargs.get("socket_timeout")  # bounds the release
         # The acquire's reply is awaited this long, above the wait.
         self.wait_timeout = wait_socket_timeout(wait_ms, self.user_timeout)
-        self._idle = None if wait_ms == 0 else _idle_list(owner)
-        socket_timeout = self.user_timeout if self._idle is not None else self.wait_timeout
+        # An observer (_async_election.py) brings its own socket timeout and is never reused.
+        reused = wait_ms != 0 and socket_timeout is None
+        self._idle = _idle_list(owner) if reused else None
+        if socket_timeout is None:
+            socket_timeout = self.user_timeout if self._idle is not None else self.wait_timeout
+        elif kwargs.get("socket_connect_timeout") is None:
+            self._kwargs["socket_connect_timeout"] = socket_timeout
         self._kwargs.update(socket_timeout=socket_timeout, health_check_interval=0)
         self._conn = None
         self._redirected = False
 
     @classmethod
-    async def open(cls, client, key, wait_ms):
+    async def open(cls, client, key, wait_ms, socket_timeout=None):
         conn_cls, kwargs, owner = await _factory(client, key)
-        hc = cls(conn_cls, kwargs, wait_ms, owner)
+        hc = cls(conn_cls, kwargs, wait_ms, owner, socket_timeout)
         idle = hc._idle
         while idle:
             conn = idle.pop()

@@ -5,11 +5,16 @@ the lease arithmetic. The commands and their replies are those of the project's 
 from __future__ import annotations
 
 import math
+import os
+import random
+import socket
 import time
 import uuid
 from typing import Any, NamedTuple, Optional
 
-from redis.exceptions import ResponseError
+from redis.exceptions import AuthenticationError, ResponseError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 __all__ = [
     "LockError",
@@ -19,6 +24,7 @@ __all__ = [
     "Fenced",
     "LockInfo",
     "Holder",
+    "Leader",
 ]
 
 
@@ -75,6 +81,14 @@ class Holder(NamedTuple):
     fence: int
     ttl: int
     mode: str
+
+
+class Leader(NamedTuple):
+    """Who leads an election: the candidate's identity (the token of the key's exclusive
+    hold) and the fence of its hold."""
+
+    identity: str
+    fence: int
 
 
 def new_token() -> str:
@@ -224,3 +238,122 @@ class Lease:
 
 
 monotonic = time.monotonic
+
+
+# -- elections (_election.py, _async_election.py) ---------------------------------------------
+
+
+def default_identity() -> str:
+    # Unique per candidate: the host and pid say who it is, the uuid4 tells apart two
+    # candidates of one process and a pid reused after a restart. Tokens are at most 256 bytes.
+    return f"{socket.gethostname()[:180]}:{os.getpid()}:{uuid.uuid4()}"
+
+
+def checked_identity(identity) -> str:
+    size = len(identity.encode("utf-8", "surrogateescape")) if isinstance(identity, str) else 0
+    if not 1 <= size <= 256:
+        raise ValueError(f"identity must be a str of 1 to 256 bytes, got {identity!r}")
+    return identity
+
+
+def leader_of(info: Optional[LockInfo]) -> Optional[Leader]:
+    """The leader in a ``LOCK.INFO`` (or ``LOCK.OBSERVE``) reply: the exclusive holder."""
+    if info is None or info.mode != "exclusive" or info.holders == 0:
+        return None
+    return Leader(info.holder, info.fence)
+
+
+class Follow:
+    """What an ``observe()`` iteration has seen and yielded, and its rules, shared by the sync
+    and asyncio generators.
+
+    ``seen`` is the key's state in the last reply, as ``LOCK.OBSERVE`` compares it with its
+    ``seen`` argument (docs/commands.md, "LOCK.OBSERVE"): the fence when someone holds the key,
+    else 0. It is always the last reply's, even a reply not yielded, so that the next
+    ``LOCK.OBSERVE`` blocks until the key changes again, never answering at once in a loop;
+    after a reconnect it is what the iteration resumes from. Yielded leaders only ever go up in
+    fence: a reply that shows a fence at or below one already yielded (a server that came back
+    from a failover behind its followers) yields nothing.
+    """
+
+    _NOTHING = object()
+
+    def __init__(self):
+        self.seen = 0
+        self.top = 0  # the highest fence yielded
+        self.last = self._NOTHING  # the last value yielded
+        self.shared = False  # the last reply showed shared holds: see ``see_holders``
+
+    def see_holders(self, reply):
+        """``LOCK.HOLDERS`` after a reply that showed the key held shared. There ``fence`` is
+        the last fence issued, above the state once the newest shared hold has ended
+        (docs/commands.md, "LOCK.OBSERVE"): passed as ``seen``, every call would answer at
+        once. All holds shared: the state is their largest fence. An exclusive hold among
+        them (the key changed since): ``seen`` stays, so the next call answers at once."""
+        holders = parse_holders(reply)
+        if holders and all(h.mode == "shared" for h in holders):
+            self.seen = max(h.fence for h in holders)
+
+    def see(self, reply):
+        """Takes one reply; returns (True, the value to yield) or (False, None)."""
+        info = parse_info(reply)
+        self.seen = info.fence if info is not None and info.holders > 0 else 0
+        self.shared = info is not None and info.mode == "shared"
+        leader = leader_of(info)
+        if leader is None:
+            if self.last is None:
+                return False, None
+        elif leader.fence <= self.top:
+            return False, None
+        else:
+            self.top = leader.fence
+        self.last = leader
+        return True, leader
+
+
+def is_transient(error: BaseException) -> bool:
+    """An error ``observe()`` outlives by reconnecting: the connection, the node or the
+    cluster's slot map, not the request. A wrong password, a missing command, ``WRONGTYPE``,
+    ``NOPERM`` would fail the same way again and end the iteration."""
+    if isinstance(error, AuthenticationError):
+        return False
+    if isinstance(error, (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError)):
+        return True  # BusyLoadingError (LOADING) is a ConnectionError
+    if type(error).__name__ in ("ClusterError", "RedisClusterException", "SlotNotCoveredError"):
+        return True  # a cluster client that could not reach the slot's master (yet)
+    if not isinstance(error, ResponseError):
+        return False
+    # Cluster parsers strip the code into the class: MovedError, AskError, TryAgainError,
+    # ClusterDownError, MasterDownError.
+    if type(error).__name__ in ("MovedError", "AskError", "TryAgainError", "ClusterDownError",
+                                "MasterDownError"):
+        return True
+    code = str(error).split(" ", 1)[0].upper()
+    return code in ("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "LOADING", "BUSY")
+
+
+class Backoff:
+    """Delays between reconnects: doubling from ``first`` to ``most`` s, each drawn from its
+    upper half, so that the followers of a server that went away do not come back in step."""
+
+    def __init__(self, first: float = 0.05, most: float = 2.0):
+        self.first, self.most, self.tries = first, most, 0
+
+    def next(self) -> float:
+        delay = min(self.most, self.first * 2**self.tries)
+        self.tries += 1
+        return random.uniform(delay / 2, delay)
+
+    def reset(self):
+        self.tries = 0
+
+
+def observe_wait_ms(block_ms: int, deadline: Optional[float]) -> Optional[int]:
+    """The ``timeout`` of the next ``LOCK.OBSERVE``: ``block_ms``, less once the iteration's
+    deadline is nearer; None once it has passed."""
+    if deadline is None:
+        return block_ms
+    left = deadline - monotonic()
+    if left <= 0:
+        return None
+    return min(block_ms, max(1, math.ceil(left * 1000)))

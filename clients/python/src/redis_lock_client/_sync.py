@@ -54,8 +54,11 @@ class _Kind:
         """Waits up to ``timeout`` s for the hold (None: without limit; 0 or
         ``blocking=False``: tries once) and returns it as a ``Hold``, or raises
         ``NotAcquired`` (``NotDurable`` in durable mode)."""
+        return self._acquire(timeout, blocking, on_lost, c.new_token())
+
+    def _acquire(self, timeout, blocking, on_lost, token):
+        # `token` is a fresh uuid4, or an election candidate's identity (_election.py).
         wait_ms = c.wait_ms_for(timeout, blocking)
-        token = c.new_token()
         hc = HoldConnection(self.client, self.name, wait_ms)
         hc.connect()  # a failure here cannot have left a grant behind
         maybe_granted = True

@@ -95,7 +95,7 @@ def _make(pool, socket_timeout, address=None, **extra):
 
 
 class HoldConnection:
-    def __init__(self, client, key, wait_ms):
+    def __init__(self, client, key, wait_ms, socket_timeout=None):
         self._pool = _pool_for(client, key)
         # The client's own read timeout bounds the release, as it would on the client.
         self.user_timeout = self._pool.connection_kwargs.get("socket_timeout")
@@ -103,9 +103,18 @@ class HoldConnection:
         # own timeout is the client's, which bounds the rest of a reply.
         self.wait_timeout = wait_socket_timeout(wait_ms, self.user_timeout)
         self._timeout = self.user_timeout
-        self._conn = _take_idle(self._pool)
+        self._conn = None
+        extra = {}
+        if socket_timeout is not None:
+            # An observer's (_election.py): every read bounded, the client's setting aside, and
+            # the connect too unless the client bounds it.
+            self._timeout = socket_timeout
+            if self._pool.connection_kwargs.get("socket_connect_timeout") is None:
+                extra["socket_connect_timeout"] = socket_timeout
+        else:
+            self._conn = _take_idle(self._pool)
         if self._conn is None:
-            self._conn = _make(self._pool, self.user_timeout)
+            self._conn = _make(self._pool, self._timeout, **extra)
         self._address = None
 
     def connect(self):

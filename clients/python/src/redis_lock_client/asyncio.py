@@ -9,7 +9,17 @@ Same names and semantics as the sync API; the methods that talk to Redis are cor
 """
 
 from ._async import Hold, Lock, ReaderLock, ReadWriteLock, Semaphore
-from ._common import Fenced, Holder, LockError, LockInfo, LockLost, NotAcquired, NotDurable
+from ._async_election import Election
+from ._common import (
+    Fenced,
+    Holder,
+    Leader,
+    LockError,
+    LockInfo,
+    LockLost,
+    NotAcquired,
+    NotDurable,
+)
 
 __all__ = [
     "Lock",
@@ -24,4 +34,6 @@ __all__ = [
     "Fenced",
     "LockInfo",
     "Holder",
+    "Election",
+    "Leader",
 ]
