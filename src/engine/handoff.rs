@@ -16,13 +16,14 @@
 use redis_module::{Context, ContextFlags};
 
 use super::effects::{with, Op, Propagation, Removal};
-use super::state::{with_fences, Engine, Withdrawal};
+use super::rules::{self, Stop, Withdrawal};
+use super::state::{with_fences, Engine};
 use crate::blocked;
 use crate::clock::{self, Now};
 use crate::error::LockError;
 use crate::keyspace::{key_in_db, LockKey};
 use crate::leases;
-use crate::lock::{Acquire, AcquireError, Lock, Mode};
+use crate::lock::{Lock, Mode};
 use crate::propagate;
 use crate::propagate::TokenArg;
 use crate::replication;
@@ -97,80 +98,47 @@ impl Engine {
         self.modified(op, None);
     }
 
-    /// Grants `lock` to the head of its queue, then to the new head, and so on while the
-    /// lock admits them: consecutive shared requests together, an exclusive one alone. A
-    /// head whose token already holds the lock is served as a direct acquire would be: the
-    /// same kind renews its hold under the same fence, a shared request downgrades an
-    /// exclusive hold; one token never holds a key twice. `by_command`: a client's command
-    /// made the lock free, and is itself propagated.
+    /// Grants `lock` to the waiters at the head of its queue that it admits (the rules are
+    /// `rules::grant_queued`'s), then propagates each grant and wakes its waiter.
+    /// `by_command`: a client's command made the lock free, and is itself propagated.
     pub(super) fn grant_queued(&mut self, op: &Op, lock: &mut Lock, by_command: bool) -> Granting {
         let Op { db, name, now, .. } = *op;
+        let (grants, stop) = with_fences(|f| {
+            let at = (db, name.as_slice());
+            rules::grant_queued(lock, &mut self.waiters, &mut self.withdrawals, at, now, f)
+        });
         // As for the command's own change (`Propagation::of_command`): where nothing reads
         // the stream, a grant inside a client's command goes as that command, which Redis
         // discards unbuilt. Building `LOCK.APPLY` was a tenth of a contended hand-off's
         // instructions (callgrind). A grant by a timer or a disconnect is always built: no
         // command of its own counts it towards `save` points.
         let verbatim = by_command && !replication::stream_is_read();
-        let mut granted = false;
-        while let Some(w) = self.waiters.head(db, name.as_slice()) {
-            let (token, ttl, want) = (w.token.clone(), w.ttl, w.want);
-            let acquired = with_fences(|f| lock.acquire(&token, ttl, want, false, now, f));
-            let (fence, fresh) = match acquired {
-                Ok(Acquire::Granted(fence)) => (fence, true),
-                Ok(Acquire::Renewed(fence) | Acquire::Downgraded(fence)) => (fence, false),
-                // Not admitted, or an upgrade, which waits for the token's own shared hold
-                // to end as any exclusive request waits for shared holds.
-                Ok(Acquire::Busy) | Err(AcquireError::Upgrade) => break,
-                Err(AcquireError::Fence(_)) if granted => {
-                    // The rest join when a fence can be issued again (the sweep retries).
-                    self.regrants.push((db, name.as_slice().into()));
-                    self.arm(op.ctx, Some(now.mono + 1000), now);
-                    return Granting::Granted;
-                }
-                Err(AcquireError::Fence(_)) => return Granting::NoFence,
-            };
-            // A renewal of a hold whose grant a departed waiter left undelivered: nobody was
-            // told of it, and this waiter takes it over (its leaving takes it back).
-            let inherited = !fresh && self.inherit_withdrawal(db, name.as_slice(), &token);
+        let granted = !grants.is_empty();
+        for grant in grants {
             let state = if verbatim {
                 Propagation::Verbatim
             } else {
-                Propagation::State(TokenArg::Bytes(&token))
+                Propagation::State(TokenArg::Bytes(&grant.token))
             };
             self.changed(op, lock, state, Event::Granted);
-            let untold = fresh || inherited;
-            if let Some((handle, id)) = self.waiters.grant_head(db, name.as_slice(), fence, untold)
-            {
-                blocked::wake(handle, id);
+            blocked::wake(grant.handle, grant.id);
+        }
+        match stop {
+            Stop::NoFence if granted => {
+                // The rest join when a fence can be issued again (the sweep retries).
+                self.regrants.push((db, name.as_slice().into()));
+                self.arm(op.ctx, Some(now.mono + 1000), now);
+                Granting::Granted
             }
-            granted = true;
-        }
-        if granted {
-            Granting::Granted
-        } else {
-            Granting::Nobody
+            Stop::NoFence => Granting::NoFence,
+            Stop::Busy if granted => Granting::Granted,
+            Stop::Busy => Granting::Nobody,
         }
     }
 
-    /// Drops the pending withdrawal of `token`'s grant at (db, key), if there is one: true
-    /// if there was.
-    fn inherit_withdrawal(&mut self, db: i32, key: &[u8], token: &[u8]) -> bool {
-        let before = self.withdrawals.len();
-        self.withdrawals
-            .retain(|w| !(w.db == db && &*w.key == key && &*w.token == token));
-        self.withdrawals.len() < before
-    }
-
-    /// A request of `token` other than a waiter's grant was told it holds the lock at
-    /// (db, key): a renewal, a downgrade, an extend. A grant to `token` there that a
-    /// departed waiter left undelivered is no longer taken back: the hold is another's too.
+    /// See `rules::adopt`.
     pub(super) fn adopt(&mut self, db: i32, key: &[u8], token: &[u8]) {
-        if self.waiters.is_empty() && self.withdrawals.is_empty() {
-            return;
-        }
-        self.waiters.adopt(db, key, token);
-        self.withdrawals
-            .retain(|w| !(w.db == db && &*w.key == key && &*w.token == token));
+        rules::adopt(&mut self.waiters, &mut self.withdrawals, (db, key), token);
     }
 
     /// Ends the leases of the lock at `key` that are due, exactly as the sweep would, before

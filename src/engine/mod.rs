@@ -24,6 +24,7 @@ mod handoff;
 mod observe;
 mod observers;
 mod ops;
+mod rules;
 mod server;
 mod state;
 pub mod waiters;

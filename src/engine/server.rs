@@ -17,7 +17,8 @@ use redis_module::{Context, ContextFlags, RedisString};
 
 use super::effects::{try_with, wake, with};
 use super::observers;
-use super::state::{self, anyone_waits, Withdrawal};
+use super::rules::Withdrawal;
+use super::state::{self, anyone_waits};
 use super::waiters::{Left, Reply, WaiterId};
 use crate::blocked::{self, HandleKey};
 use crate::keyspace::{selected_db, LockKey};

@@ -14,18 +14,10 @@ use std::sync::Mutex;
 use redis_module::raw;
 
 use super::observers::Observers;
+use super::rules::Withdrawal;
 use super::waiters::Registry;
 use crate::blocked::Handle;
 use crate::fence::FenceIssuer;
-
-/// A grant whose client left before it was told, to be taken back by the sweep.
-#[derive(Debug)]
-pub(super) struct Withdrawal {
-    pub(super) db: i32,
-    pub(super) key: Box<[u8]>,
-    pub(super) token: Box<[u8]>,
-    pub(super) fence: u64,
-}
 
 pub(super) struct Engine {
     pub(super) waiters: Registry<Handle>,
