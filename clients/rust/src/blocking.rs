@@ -156,6 +156,11 @@ pub(crate) fn tryagain_pause() -> Duration {
 pub(crate) const TRYAGAIN_LIMIT: u32 = 100;
 
 fn acquire(spec: &Spec, kind: Kind) -> Result<Guard, Error> {
+    acquire_as(spec, kind, None)
+}
+
+/// An acquire under `token` (an election's candidate identity), or a fresh token per try.
+pub(crate) fn acquire_as(spec: &Spec, kind: Kind, token: Option<&str>) -> Result<Guard, Error> {
     let opts = &spec.opts;
     opts.check()?;
     if kind == Kind::Permit(0) {
@@ -168,7 +173,7 @@ fn acquire(spec: &Spec, kind: Kind) -> Result<Guard, Error> {
     let mut tryagains = 0;
     loop {
         let wait = opts.wait.left(started).ok_or(Error::Timeout)?;
-        let token = cmds::new_token();
+        let token = token.map_or_else(cmds::new_token, str::to_owned);
         conn.set_timeout(wait.reply_budget(opts.timeout))?;
         let sent = Instant::now();
         let cmd = cmds::acquire(&spec.key, &token, opts.ttl, kind, wait);

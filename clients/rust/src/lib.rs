@@ -13,6 +13,11 @@
 //!   clock, counted from the send time of the last confirmed acquire or extend;
 //! - releases the hold when dropped.
 //!
+//! [`Election`] (and [`aio::Election`]) is leader election on a lock key: a candidate
+//! campaigns by taking the key with its identity as the token, leads under a guard like any
+//! other, and followers see every change of leader through `LOCK.OBSERVE`
+//! ([`Election::observe`]).
+//!
 //! Standalone servers ([`redis::Client`], RESP2 or RESP3) and clusters
 //! ([`redis::cluster::ClusterClient`]) both work. See `clients/rust/README.md`.
 
@@ -20,6 +25,7 @@
 
 mod blocking;
 mod commands;
+mod election;
 mod error;
 mod guard;
 mod info;
@@ -31,6 +37,7 @@ mod sync_conn;
 pub mod aio;
 
 pub use blocking::{Mutex, RwLock, Semaphore};
+pub use election::{Election, Leader, Leadership, Observer};
 pub use error::{Error, Fenced, GuardError, LossReason};
 pub use guard::Guard;
 pub use info::{Holder, LockInfo, Mode};

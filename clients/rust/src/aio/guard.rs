@@ -231,8 +231,14 @@ pub(crate) struct Pending {
     /// The shared connection the acquire went on: the clean-up releases on it, after the
     /// acquire (a multiplexed connection keeps the order).
     shared: Option<AsyncConn>,
+    /// Kept until the clean-up is done: an election's candidate, which must not campaign
+    /// again under the same token (its identity) while a release of it may still come.
+    linger: Option<Linger>,
     armed: bool,
 }
+
+/// Anything a clean-up keeps alive until it is done.
+pub(crate) type Linger = Arc<dyn std::any::Any + Send + Sync>;
 
 impl Pending {
     pub(crate) fn new(
@@ -249,8 +255,15 @@ impl Pending {
             client_id,
             timeout,
             shared: None,
+            linger: None,
             armed: true,
         }
+    }
+
+    /// Keeps `linger` until the clean-up, if there is one, is done.
+    pub(crate) fn lingering(mut self, linger: Option<Linger>) -> Self {
+        self.linger = linger;
+        self
     }
 
     /// For an acquire that does not wait, sent on the shared connection `conn`.
@@ -278,6 +291,7 @@ impl Drop for Pending {
             let key = std::mem::take(&mut self.key);
             let token = std::mem::take(&mut self.token);
             let (target, id, timeout) = (self.target.clone(), self.client_id, self.timeout);
+            let linger = self.linger.take();
             match self.shared.take() {
                 Some(mut conn) => runtime.spawn(async move {
                     let release = cmds::release(&key, &token);
@@ -286,8 +300,12 @@ impl Drop for Pending {
                             release_abandoned(target, key, token, None, timeout).await;
                         }
                     }
+                    drop(linger);
                 }),
-                None => runtime.spawn(release_abandoned(target, key, token, id, timeout)),
+                None => runtime.spawn(async move {
+                    release_abandoned(target, key, token, id, timeout).await;
+                    drop(linger);
+                }),
             };
         }
     }

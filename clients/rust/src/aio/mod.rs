@@ -1,11 +1,12 @@
 //! The async (tokio) API: [`Mutex`], [`RwLock`], [`Semaphore`], each handing out
-//! [`Guard`]s. Same options and semantics as the blocking types.
+//! [`Guard`]s, and leader [`Election`]. Same options and semantics as the blocking types.
 //!
 //! A wait can be cancelled by dropping its future (a `select!`, a `timeout`): the waiting
 //! connection is closed, so the server passes on a grant it had not yet delivered, and a
 //! spawned clean-up releases a grant whose reply was already on its way.
 
 pub(crate) mod conn;
+mod election;
 pub(crate) mod guard;
 
 use std::time::Instant;
@@ -17,8 +18,9 @@ use crate::guard::Hold;
 use crate::info::{parse_holders, parse_info, Holder, LockInfo};
 use crate::options::{lock_options, Kind, Spec, Target, Wait};
 use conn::AsyncConn;
-use guard::Pending;
+use guard::{Linger, Pending};
 
+pub use election::{Election, Leadership, Observer};
 pub use guard::Guard;
 
 /// A distributed mutex (async); see [`crate::Mutex`].
@@ -160,6 +162,17 @@ async fn holders(spec: &Spec) -> Result<Vec<Holder>, Error> {
 }
 
 async fn acquire(spec: &Spec, kind: Kind) -> Result<Guard, Error> {
+    acquire_as(spec, kind, None, None).await
+}
+
+/// An acquire under `token` (an election's candidate identity), or a fresh token per try;
+/// the clean-up of a cancelled acquire keeps `linger` until it is done.
+pub(crate) async fn acquire_as(
+    spec: &Spec,
+    kind: Kind,
+    token: Option<&str>,
+    linger: Option<Linger>,
+) -> Result<Guard, Error> {
     let opts = &spec.opts;
     opts.check()?;
     if kind == Kind::Permit(0) {
@@ -173,7 +186,7 @@ async fn acquire(spec: &Spec, kind: Kind) -> Result<Guard, Error> {
     // First ask once, on the lock's shared connection: an uncontended lock costs one round
     // trip. Not in durable mode, whose `WAIT` for replicas would hold up the connection.
     if opts.durable.is_none() {
-        match try_shared(spec, kind).await? {
+        match try_shared(spec, kind, token, linger.clone()).await? {
             Tried::Granted(guard) => return Ok(guard),
             Tried::Busy if matches!(opts.wait, Wait::No) => return Err(Error::Timeout),
             // Held or queued for: wait in the queue. (Or the shared connection failed: try
@@ -181,7 +194,7 @@ async fn acquire(spec: &Spec, kind: Kind) -> Result<Guard, Error> {
             Tried::Busy | Tried::Failed => {}
         }
     }
-    acquire_dedicated(spec, kind, started).await
+    acquire_dedicated(spec, kind, token, linger, started).await
 }
 
 enum Tried {
@@ -195,7 +208,12 @@ enum Tried {
 
 /// `LOCK.ACQUIRE` without `WAIT` on the shared connection. Dropped mid-way, the clean-up
 /// releases the token on the same connection, after the acquire.
-async fn try_shared(spec: &Spec, kind: Kind) -> Result<Tried, Error> {
+async fn try_shared(
+    spec: &Spec,
+    kind: Kind,
+    token: Option<&str>,
+    linger: Option<Linger>,
+) -> Result<Tried, Error> {
     let opts = &spec.opts;
     let (generation, mut conn) = match spec.pool.shared(&spec.target, opts.timeout).await {
         Ok(shared) => shared,
@@ -203,9 +221,10 @@ async fn try_shared(spec: &Spec, kind: Kind) -> Result<Tried, Error> {
     };
     let mut tryagains = 0;
     loop {
-        let token = cmds::new_token();
-        let mut pending =
-            Pending::new(&spec.target, &spec.key, &token, None, opts.timeout).on_shared(&conn);
+        let token = token.map_or_else(cmds::new_token, str::to_owned);
+        let mut pending = Pending::new(&spec.target, &spec.key, &token, None, opts.timeout)
+            .on_shared(&conn)
+            .lingering(linger.clone());
         let sent = Instant::now();
         let cmd = cmds::acquire(&spec.key, &token, opts.ttl, kind, Wait::No);
         match conn
@@ -244,7 +263,13 @@ async fn try_shared(spec: &Spec, kind: Kind) -> Result<Tried, Error> {
 
 /// An acquire on a connection of its own, which a `WAIT` blocks as `BLPOP` does, and which
 /// closes when the acquire is dropped (so that the server passes on an undelivered grant).
-async fn acquire_dedicated(spec: &Spec, kind: Kind, started: Instant) -> Result<Guard, Error> {
+async fn acquire_dedicated(
+    spec: &Spec,
+    kind: Kind,
+    token: Option<&str>,
+    linger: Option<Linger>,
+    started: Instant,
+) -> Result<Guard, Error> {
     let opts = &spec.opts;
     let mut conn = AsyncConn::open(&spec.target, opts.timeout).await?;
     // Lets the clean-up of a cancelled wait see when the server has dropped this connection.
@@ -256,10 +281,11 @@ async fn acquire_dedicated(spec: &Spec, kind: Kind, started: Instant) -> Result<
     let mut tryagains = 0;
     loop {
         let wait = opts.wait.left(started).ok_or(Error::Timeout)?;
-        let token = cmds::new_token();
+        let token = token.map_or_else(cmds::new_token, str::to_owned);
         // Declared after `conn`, so dropped before it: the clean-up is spawned, then the
         // connection closes.
-        let mut pending = Pending::new(&spec.target, &spec.key, &token, client_id, opts.timeout);
+        let mut pending = Pending::new(&spec.target, &spec.key, &token, client_id, opts.timeout)
+            .lingering(linger.clone());
         let sent = Instant::now();
         let cmd = cmds::acquire(&spec.key, &token, opts.ttl, kind, wait);
         let reply = conn.query(&cmd, wait.reply_budget(opts.timeout)).await;
