@@ -5,8 +5,8 @@
 //! tests' harness `tests/common/server.rs`, `--save ""`, no AOF, the module from
 //! `target/release/libredis_lock.so` — build it first with `cargo build --release`; `cargo
 //! bench` does not rebuild the cdylib — or from `$REDIS_LOCK_MODULE`, and `$REDIS_SERVER`
-//! for another server binary, as in the tests). Workloads 10 and 11 start servers of their
-//! own.
+//! for another server binary, as in the tests). Workloads 10, 11 and 12 start servers of
+//! their own.
 //!
 //! ## Workloads (each against its baselines, with the same number of connections)
 //!
@@ -96,6 +96,18 @@
 //!     server's own time in the commands (`INFO commandstats`), against 1 hold by paired
 //!     rounds (3, the counts interleaved). 11a's lease is longer if 11b's load of 50,000
 //!     holds took over a second (an older build).
+//! 12. **Observers** [`observers`] (issue 25), on servers of its own (`observers.rs`): 12a,
+//!     1,000 connections blocked in `LOCK.OBSERVE k <state> 0` against 1,000 `SUBSCRIBE`d
+//!     to the keyspace channel of another key (`notify-keyspace-events Kd`), each group
+//!     sent the same change (`LOCK.RELEASE` of the holder; `LOCK.FENCE`): the time from
+//!     the change's send to the first and the last of the 1,000 replies (messages) at their
+//!     sockets, by the kernel's receive timestamps (`fleet.rs`: one thread, non-blocking
+//!     sockets in one epoll set), and to the changer's own reply; the observers block again
+//!     before every change. `OBSERVE_CHANGES` changes per variant in each of `ROUNDS`
+//!     rounds, interleaved; the ratio is the median over rounds of the observers' p50
+//!     against the subscribers' round next to it. 12b, `used_memory` per client with the
+//!     same 1,000 connections idle, blocked in `LOCK.OBSERVE`, in `BLPOP` of a missing
+//!     list, and `SUBSCRIBE`d, each state settled.
 //!
 //! ## How to read the output
 //!
@@ -128,6 +140,8 @@
 //!   summary).
 //! - In 4 and 9 a wait runs from a client's first try to its grant; the max wait includes
 //!   waits cut off by the end of the run.
+//! - In 12 the times are in ms from the change's send (lower is better), and its ratio is
+//!   the observers' time over the subscribers' (above 1: the observers are slower).
 //! - At the end: the targets of issue #14 (with issue 4's for the Lua, fenced and
 //!   `LOCK.ACQUIRE` comparisons, the exclusion checks of issues 4 and 13, and issue 22's for
 //!   many holds), each with its [lowest–highest round]; then a summary table in Markdown (workload | measured | vs
@@ -159,12 +173,15 @@ use redis::{Connection, ConnectionLike, Value};
 mod clients;
 mod conn;
 mod contended;
+mod fleet;
 mod guard;
 mod hold_cost;
 mod lease_end;
 mod machine;
 mod many_holds;
 mod memory;
+mod observer_memory;
+mod observers;
 mod paired;
 mod plan;
 mod profile;
@@ -188,12 +205,15 @@ mod workload;
 use clients::*;
 use conn::*;
 use contended::*;
+use fleet::*;
 use guard::*;
 use hold_cost::*;
 use lease_end::*;
 use machine::*;
 use many_holds::*;
 use memory::*;
+use observer_memory::*;
+use observers::*;
 use paired::*;
 use plan::*;
 use profile::*;
@@ -210,7 +230,7 @@ use uncontended::*;
 use workload::*;
 
 /// Every workload by the name `BENCH_ONLY` knows it by, in the order of a full run.
-const WORKLOADS: [(&str, Runner); 13] = [
+const WORKLOADS: [(&str, Runner); 14] = [
     ("cycle", run_cycle),
     ("fenced", run_fenced),
     ("single", run_single),
@@ -224,6 +244,7 @@ const WORKLOADS: [(&str, Runner); 13] = [
     ("semaphore", run_semaphore),
     ("settings", run_settings),
     ("many-holds", run_many_holds),
+    ("observers", run_observers),
 ];
 
 fn main() {

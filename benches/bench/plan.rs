@@ -63,6 +63,13 @@ pub(crate) const STALL_GOAL_MS: f64 = 5.0;
 /// many times its cost at 1 (the O(H) release before was at about 230× on the bench VM).
 pub(crate) const COST_GOAL: f64 = 2.0;
 
+/// Workload 12 (issue 25): connections blocked in `LOCK.OBSERVE` on one key, and as many
+/// subscribed to its keyspace channel.
+pub(crate) const OBSERVERS: usize = 1_000;
+/// Changes per variant in each of workload 12's `ROUNDS` rounds (the observers re-blocked
+/// before each).
+pub(crate) const OBSERVE_CHANGES: usize = 40;
+
 pub(crate) const LUA_RELEASE: &str =
     "if redis.call('get',KEYS[1])==ARGV[1] then return redis.call('del',KEYS[1]) else return 0 end";
 pub(crate) const LUA_FENCED_ACQUIRE: &str =
@@ -93,6 +100,8 @@ pub(crate) struct Plan {
     pub(crate) few_held: usize,
     pub(crate) many_held: usize,
     pub(crate) many_holds: usize,
+    pub(crate) observers: usize,
+    pub(crate) observe_changes: usize,
 }
 
 impl Plan {
@@ -125,6 +134,8 @@ impl Plan {
             few_held: FEW_HELD,
             many_held: MANY_HELD / div as usize,
             many_holds: MANY_HOLDS / div as usize,
+            observers: OBSERVERS,
+            observe_changes: (OBSERVE_CHANGES / div as usize).max(2),
         }
     }
 

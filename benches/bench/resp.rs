@@ -115,6 +115,12 @@ fn scan(b: &[u8]) -> Option<usize> {
     Some(pos)
 }
 
+/// The length of the complete reply at the start of `b`, or `None` if part of it is still to
+/// come (for readers of their own, as `fleet.rs`).
+pub(crate) fn reply_len(b: &[u8]) -> Option<usize> {
+    scan(b)
+}
+
 fn bad(b: &[u8], pos: usize) -> ! {
     let end = (pos + 40).min(b.len());
     panic!(
