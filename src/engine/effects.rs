@@ -162,28 +162,22 @@ impl Engine {
         if matches!(self.timer, Some((at, _)) if at <= deadline) {
             return;
         }
-        let Some(&on_timer) = ON_TIMER.get() else {
-            return;
-        };
         if let Some((_, id)) = self.timer.take() {
             // The old timer may have fired already; its data is `()`, so nothing is lost.
             let _ = ctx.stop_timer::<()>(id);
         }
         // Timers count whole milliseconds: round up, and let the sweep re-arm if early.
         let delay = deadline.saturating_sub(now.mono).div_ceil(1000).max(1);
-        let id = ctx.create_timer(Duration::from_millis(delay), on_timer, ());
+        let id = ctx.create_timer(Duration::from_millis(delay), fire, ());
         self.timer = Some((deadline, id));
     }
 
     /// Makes the timer fire on the next turn of the event loop.
     pub(super) fn timer_soon(&mut self, ctx: &Context) {
-        let Some(&on_timer) = ON_TIMER.get() else {
-            return;
-        };
         if let Some((_, id)) = self.timer.take() {
             let _ = ctx.stop_timer::<()>(id);
         }
-        let id = ctx.create_timer(Duration::from_millis(1), on_timer, ());
+        let id = ctx.create_timer(Duration::from_millis(1), fire, ());
         self.timer = Some((0, id));
     }
 
@@ -254,6 +248,17 @@ pub(super) fn wake(woken: Vec<(Handle, u64)>) {
 /// The timer's callback, given by the layer that owns the sweep (`handoff.rs`) at load:
 /// this file arms the timer but does not know what it runs.
 static ON_TIMER: OnceLock<fn(&Context, ())> = OnceLock::new();
+
+/// What every timer runs: the callback given at load. The timer is given this function
+/// itself, which takes no room, never the pointer in `ON_TIMER`: the `redis-module` crate's
+/// `stop_timer` frees a stopped timer's data as if it were only the `()` it carried, so a
+/// callback that took room would leak it (8 bytes a stopped timer, which
+/// `tests/memory/waiter_memory.rs` caught).
+fn fire(ctx: &Context, _: ()) {
+    if let Some(on_timer) = ON_TIMER.get() {
+        on_timer(ctx, ());
+    }
+}
 
 /// A context of the module's own, for timers armed where no other is at hand (`finish`).
 /// Made once at load, never freed: it lives as long as the module.
