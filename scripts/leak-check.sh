@@ -19,7 +19,8 @@
 #
 #   scripts/leak-check.sh                       # both parts
 #   LEAK_TESTS= scripts/leak-check.sh           # only the scripted workload
-#   LEAK_TESTS="wait model" scripts/leak-check.sh
+#   LEAK_TESTS="queue:wait:: model" scripts/leak-check.sh   # test binaries, each with an
+#                                               # optional test-name filter after a colon
 #   LEAK_SKIP="crash" (default)                 # test names skipped (--skip) in part 2
 #   LEAK_CHECK_DIR=/tmp/leak scripts/leak-check.sh   # where the logs go (default: a temp dir)
 #
@@ -30,7 +31,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 MODULE=${REDIS_LOCK_MODULE:-$ROOT/target/release/libredis_lock.so}
 REDIS=${REDIS_SERVER:-redis-server}
-LEAK_TESTS=${LEAK_TESTS-"wait persistence fuzz_restore model"}
+LEAK_TESTS=${LEAK_TESTS-"queue:wait:: persistence fences:live:: fuzz:restore:: model"}
 # Tests that simulate a crash (kill -9, then restart at once on the same port) cannot run
 # under the wrapper below, which has to let the old server shut down first.
 LEAK_SKIP=${LEAK_SKIP-"crash"}
@@ -319,16 +320,21 @@ t_workload=$(($(date +%s) - t_start))
 
 tests_status="skipped"
 if [ -n "$LEAK_TESTS" ]; then
-  args=()
-  for t in $LEAK_TESTS; do args+=(--test "$t"); done
   skips=()
   for t in $LEAK_SKIP; do skips+=(--skip "$t"); done
   echo "leak-check: integration tests under valgrind: $LEAK_TESTS"
+  : >"$OUT/tests.log"
+  rc=0
   set +e
-  REDIS_SERVER=$WRAPPER REDIS_LOCK_MODULE=$MODULE \
-    MODEL_OPS=${MODEL_OPS:-300} FUZZ_RESTORES=${FUZZ_RESTORES:-300} \
-    cargo test --profile itest --no-fail-fast "${args[@]}" -- --test-threads=2 "${skips[@]}" >"$OUT/tests.log" 2>&1
-  rc=$?
+  # One cargo run per test binary, as each may have a filter of its own (`binary:filter`).
+  for t in $LEAK_TESTS; do
+    bin=${t%%:*}
+    filter=()
+    [ "$bin" != "$t" ] && filter=("${t#*:}")
+    REDIS_SERVER=$WRAPPER REDIS_LOCK_MODULE=$MODULE \
+      MODEL_OPS=${MODEL_OPS:-300} FUZZ_RESTORES=${FUZZ_RESTORES:-300} \
+      cargo test --profile itest --no-fail-fast --test "$bin" -- --test-threads=2 "${filter[@]}" "${skips[@]}" >>"$OUT/tests.log" 2>&1 || rc=1
+  done
   set -e
   tests_status=$(grep -E '^test result:' "$OUT/tests.log" | awk '{p+=$4; f+=$6} END {print p" passed, "f" failed"}')
   [ $rc -eq 0 ] || tests_status="$tests_status (timing under valgrind; see $OUT/tests.log)"

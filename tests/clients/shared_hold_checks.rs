@@ -73,9 +73,12 @@ pub(crate) fn assert_granted_at_once(
 pub(crate) const UPGRADE_REFUSED: &str =
     "the token holds the lock shared: release it to take it exclusively (no upgrades)";
 
-/// `LOCK.HOLDERS`: (token, fence, ttl, mode) per hold, in grant order; empty for no key.
+/// `LOCK.HOLDERS` (`common::holds::holders`): (token, fence, ttl, mode) per hold, in grant
+/// order; empty for no key.
 pub(crate) fn holders(con: &mut redis::Connection, key: &str) -> Vec<(String, u64, i64, String)> {
-    let holders: Option<Vec<(String, u64, i64, String)>> =
-        redis::cmd("LOCK.HOLDERS").arg(key).query(con).unwrap();
-    holders.unwrap_or_default()
+    crate::common::holds::holders(con, key)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|h| (h.token, h.fence as u64, h.ttl, h.mode))
+        .collect()
 }

@@ -5,10 +5,10 @@ use std::time::{Duration, Instant};
 
 use crate::cluster_setup::{owner_in, serial, Cluster};
 use crate::cmd;
+use crate::common::holds::Pending;
 use crate::common::{info, info_field, token, wait_until};
 use crate::lock_checks::{
-    assert_lease_ends_on_time, assert_moved_intact, replica_info, snapshot, spawn_waiter,
-    wait_replicas,
+    assert_lease_ends_on_time, assert_moved_intact, replica_info, snapshot, wait_replicas,
 };
 use crate::router::Router;
 use crate::slots::key_slot;
@@ -45,7 +45,7 @@ fn cluster_failover_keeps_holder_lease_and_fence() {
     let mut oc = cl.conn(old);
     wait_replicas(&mut oc);
     let max = *issued.iter().max().unwrap();
-    let waiter = spawn_waiter(old, held, 0);
+    let waiter = Pending::send_to(old, held, &token(), 10_000, &["WAIT", "0"]);
     assert!(
         wait_until(Duration::from_secs(10), || info(&mut oc, held)
             .unwrap()
@@ -64,10 +64,10 @@ fn cluster_failover_keeps_holder_lease_and_fence() {
         info_field(&mut oc, "replication", "role").as_deref(),
         Some("slave")
     );
-    match waiter.recv_timeout(Duration::from_secs(10)) {
-        Ok(Err(e)) => eprintln!("waiter of the old master: {e:?}"),
-        Ok(Ok(v)) => panic!("waiter of the old master got a reply: {v:?}"),
-        Err(_) => panic!("waiter of the old master still hangs 10s after the failover"),
+    match waiter.reply_within(Duration::from_secs(10)).map(|(r, _)| r) {
+        Some(Err(e)) => eprintln!("waiter of the old master: {e:?}"),
+        Some(Ok(v)) => panic!("waiter of the old master got a reply: {v:?}"),
+        None => panic!("waiter of the old master still hangs 10s after the failover"),
     }
 
     // The router is sent on to the new master, which has the locks as they were.

@@ -2,13 +2,10 @@
 //! `LOCK.INFO`, a lock that arrives intact after a move (migration or failover) and whose lease
 //! ends on time there, and a client blocked in `LOCK.ACQUIRE … WAIT`.
 
-use std::sync::mpsc;
-use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::cluster_setup::as_int;
 use crate::cmd;
-use crate::common::{self, exists, info, token, wait_until, LockInfo, Server};
+use crate::common::{exists, info, wait_until, LockInfo, Server};
 use crate::router::Router;
 use redis::{Connection, Value};
 
@@ -20,17 +17,7 @@ const TTL_SLACK_MS: i64 = 50;
 const LATE: Duration = Duration::from_millis(500);
 const EARLY: Duration = Duration::from_millis(10);
 
-pub(crate) fn dbsize(c: &mut Connection) -> i64 {
-    as_int(&cmd!(c, "DBSIZE").unwrap())
-}
-
-pub(crate) fn wait_replicas(c: &mut Connection) {
-    assert_eq!(
-        common::wait_replicas(c, 1, 5_000),
-        Ok(Value::Int(1)),
-        "replica did not ack"
-    );
-}
+pub(crate) use crate::common::sync_replica as wait_replicas;
 
 /// `LOCK.INFO` read on a replica (`READONLY` lets it answer for its master's slots).
 pub(crate) fn replica_info(replica: &Server, key: &str) -> Option<LockInfo> {
@@ -39,21 +26,11 @@ pub(crate) fn replica_info(replica: &Server, key: &str) -> Option<LockInfo> {
     info(&mut c, key)
 }
 
-/// `LOCK.INFO` of a key and the interval in which the server evaluated it.
-pub(crate) struct Snapshot {
-    info: LockInfo,
-    before: Instant,
-    after: Instant,
-}
+pub(crate) use crate::common::snapshots::Snapshot;
 
+/// `LOCK.INFO` of `key` through the router, timed.
 pub(crate) fn snapshot(r: &mut Router, key: &str) -> Snapshot {
-    let before = Instant::now();
-    let info = r.info(key).unwrap_or_else(|| panic!("{key}: no lock"));
-    Snapshot {
-        info,
-        before,
-        after: Instant::now(),
-    }
+    Snapshot::take(key, || r.info(key))
 }
 
 /// The lock read now through `r` is the one of `s`: holder, fence, and the remaining lease
@@ -109,31 +86,4 @@ pub(crate) fn assert_lease_ends_on_time(
         "{key}: lease of {ttl:?} ended {}ms after the acquire's reply",
         (gone - replied).as_millis()
     );
-}
-
-/// A client blocked in `LOCK.ACQUIRE key <token> 10000 WAIT <timeout>` on its own connection.
-pub(crate) fn spawn_waiter(
-    port: u16,
-    key: &str,
-    timeout: u64,
-) -> mpsc::Receiver<Result<Value, String>> {
-    let mut c = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let (tx, rx) = mpsc::channel();
-    let key = key.to_string();
-    thread::spawn(move || {
-        let r = redis::cmd("LOCK.ACQUIRE")
-            .arg(&key)
-            .arg(token())
-            .arg(10_000)
-            .arg("WAIT")
-            .arg(timeout)
-            .query::<Value>(&mut c)
-            .map_err(|e| e.to_string());
-        let _ = tx.send(r);
-    });
-    rx
 }

@@ -7,8 +7,9 @@ use std::time::Instant;
 
 use crate::cluster_setup::{as_int, owner_in, serial, Cluster};
 use crate::cmd;
+use crate::common::dbsize;
 use crate::common::{assert_err_starts, exists, info, info_field, parse_info, run, run_raw};
-use crate::lock_checks::{dbsize, wait_replicas};
+use crate::lock_checks::wait_replicas;
 use crate::router::Router;
 use crate::slots::{key_per_slot, key_slot, SLOTS};
 use redis::Value;

@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 
 use crate::cluster_setup::{as_string, owner_in, serial, Cluster};
 use crate::cmd;
+use crate::common::holds::Pending;
 use crate::common::{info, token, wait_until};
 use crate::lock_checks::{
-    assert_lease_ends_on_time, assert_moved_intact, replica_info, snapshot, spawn_waiter,
-    wait_replicas,
+    assert_lease_ends_on_time, assert_moved_intact, replica_info, snapshot, wait_replicas,
 };
 use crate::router::Router;
 use crate::slots::key_slot;
@@ -194,7 +194,7 @@ fn a_waiter_on_a_migrating_key_is_not_granted_on_the_old_node() {
     let h = token();
     let f = r.int_or_nil(&["LOCK.ACQUIRE", key, &h, "60000"]).unwrap();
     let mut fc = cl.conn(from);
-    let waiter = spawn_waiter(from, key, 3_000);
+    let waiter = Pending::send_to(from, key, &token(), 10_000, &["WAIT", "3000"]);
     assert!(
         wait_until(Duration::from_secs(10), || info(&mut fc, key)
             .unwrap()
@@ -226,8 +226,8 @@ fn a_waiter_on_a_migrating_key_is_not_granted_on_the_old_node() {
         ),
         Ok(Value::Okay)
     );
-    let outcome = waiter
-        .recv_timeout(Duration::from_secs(10))
+    let (outcome, _) = waiter
+        .reply_within(Duration::from_secs(10))
         .expect("waiter still hangs 10s after MIGRATE, 3s after its WAIT timeout");
     let on_source = cmd!(&mut fc, "CLUSTER", "COUNTKEYSINSLOT", slot);
     assert_eq!(cmd!(&mut tc, "ASKING"), Ok(Value::Okay));

@@ -21,6 +21,22 @@ pub fn latest_base(s: &Server) -> Vec<u8> {
     fs::read(dir.join(base)).expect("read base AOF")
 }
 
+/// Every file the AOF manifest of `s` lists, in its order: (type, content), the type as the
+/// manifest writes it (`b` base, `h` history, `i` incremental).
+pub fn files(s: &Server) -> Vec<(String, Vec<u8>)> {
+    let dir = s.dir.join("appendonlydir");
+    let manifest = fs::read_to_string(dir.join("appendonly.aof.manifest")).expect("manifest");
+    manifest
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let name = w.get(w.iter().position(|x| *x == "file")? + 1)?.to_string();
+            let kind = w.get(w.iter().position(|x| *x == "type")? + 1)?.to_string();
+            Some((kind, fs::read(dir.join(&name)).expect("AOF file")))
+        })
+        .collect()
+}
+
 /// The path of an incremental AOF file (`*.incr.aof`) of `s`.
 pub fn incr_path(s: &Server) -> PathBuf {
     let dir = s.dir.join("appendonlydir");
@@ -65,6 +81,22 @@ pub fn commands(b: &[u8]) -> Vec<Vec<Vec<u8>>> {
             at += len + 2;
         }
         out.push(cmd);
+    }
+    out
+}
+
+/// The first two arguments, as integers (-1 where one is not), of every command `name` (in
+/// any case) in an AOF file, which may begin with an RDB preamble: the file is read as lines,
+/// so that the binary preamble does not stop it.
+pub fn two_int_args(file: &[u8], name: &str) -> Vec<(i64, i64)> {
+    let text = String::from_utf8_lossy(file);
+    let lines: Vec<&str> = text.split("\r\n").collect();
+    let mut out = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        if l.eq_ignore_ascii_case(name) {
+            let num = |j: usize| -> i64 { lines[j].parse().unwrap_or(-1) };
+            out.push((num(i + 2), num(i + 4)));
+        }
     }
     out
 }

@@ -1,4 +1,4 @@
-//! Helpers of the `LOCK.GUARD` tests (`tests/guard_*.rs`; docs/commands.md, `LOCK.GUARD`): the
+//! Helpers of the `LOCK.GUARD` tests (`tests/guard/`; docs/commands.md, `LOCK.GUARD`): the
 //! command with its fence, its `INFO lock` counters (`lock_guarded_runs`, `lock_guarded_refusals`),
 //! a snapshot of all that a refused call must leave as it was, and `MULTI`/`EXEC` with its items as
 //! they came.
@@ -92,12 +92,8 @@ pub fn lock_state(con: &mut Connection, key: &str) -> Result<Option<LockInfo>, S
     cmd!(con, "LOCK.INFO", key).map(|v| parse_info(&v))
 }
 
-pub fn dbsize(con: &mut Connection) -> i64 {
-    match cmd!(con, "DBSIZE") {
-        Ok(Value::Int(n)) => n,
-        other => panic!("DBSIZE: {other:?}"),
-    }
-}
+#[allow(unused_imports)]
+pub use super::dbsize;
 
 pub fn world(con: &mut Connection, lock_key: &str, data_keys: &[&str]) -> World {
     let data = data_keys

@@ -1,8 +1,14 @@
 //! Test harness: one real `redis-server` per test, with the module loaded ([`Server`], in
-//! `server.rs`, which the benchmark shares), and helpers over its replies. Beside it: a raw
-//! RESP connection for byte-exact replies (`raw_conn.rs`), a client blocked in `WAIT` on a
-//! thread of its own (`waiter.rs`), and the helpers of tests that report what they found
-//! rather than stop at the first failure (`reporting.rs`).
+//! `server.rs`, which the benchmark shares), and helpers over its replies. Every helper the
+//! test areas share is here, once, a file per thing: a raw RESP connection for byte-exact
+//! replies (`raw_conn.rs`), the one client blocked in `WAIT` on a socket of its own
+//! (`waiter.rs`; `holds::Pending` awaits one in a thread), shared-hold acquires and the one
+//! `LOCK.HOLDERS` parser (`holds.rs`), the AOF reader (`aof.rs`), the `DUMP` codec (`dump/`),
+//! our clock and a server on a shifted one (`clock.rs`, `wallclock.rs`), `used_memory`
+//! (`memory.rs`), timed readings of locks (`snapshots.rs`), the keys the persistence and
+//! replication tests move (`travelling_keys.rs`), settings from the environment (`env.rs`), and
+//! the helpers of tests that report what they found rather than stop at the first failure
+//! (`reporting.rs`). No test is defined here: every test binary includes this module.
 #![allow(dead_code)]
 
 use std::collections::HashSet;
@@ -12,16 +18,24 @@ use std::time::{Duration, Instant};
 use redis::{Connection, Value};
 
 pub mod aof;
+pub mod clock;
 pub mod dump;
+pub mod env;
 pub mod guard;
 pub mod holds;
+pub mod memory;
 pub mod model;
 pub mod raw_conn;
 pub mod reporting;
 pub mod server;
+pub mod snapshots;
 pub mod support_lib;
+pub mod travelling_keys;
 pub mod waiter;
+pub mod wallclock;
 
+#[allow(unused_imports)]
+pub use clock::unix_ms;
 pub use raw_conn::*;
 pub use reporting::*;
 pub use server::*;
@@ -226,6 +240,24 @@ pub fn exists(con: &mut Connection, key: &str) -> bool {
     }
 }
 
+/// `WAIT n ms` ([`wait_replicas`]): how many replicas acknowledged.
+pub fn replica_acks(master: &mut Connection, n: i64, ms: u64) -> i64 {
+    match wait_replicas(master, n, ms) {
+        Ok(Value::Int(acks)) => acks,
+        other => panic!("WAIT {n} {ms}: {other:?}"),
+    }
+}
+
+/// Waits until the one replica has processed everything the master sent (5 s at most).
+#[track_caller]
+pub fn sync_replica(master: &mut Connection) {
+    assert_eq!(
+        wait_replicas(master, 1, 5_000),
+        Ok(Value::Int(1)),
+        "replica did not ack within 5 s"
+    );
+}
+
 /// Waits until `replica` reports its link to the master up (15 s at most).
 pub fn wait_link_up(replica: &mut Connection) {
     let up = wait_until(Duration::from_secs(15), || {
@@ -258,12 +290,21 @@ pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
 
 /// Waits until no RDB save or AOF rewrite is running or scheduled (20 s at most).
 pub fn wait_persistence_idle(c: &mut Connection) {
-    let idle = wait_until(Duration::from_secs(20), || {
+    wait_persistence_idle_within(c, Duration::from_secs(20));
+}
+
+/// [`wait_persistence_idle`], for at most `limit`.
+pub fn wait_persistence_idle_within(c: &mut Connection, limit: Duration) {
+    let idle = wait_until(limit, || {
         info_field(c, "persistence", "rdb_bgsave_in_progress").as_deref() == Some("0")
             && info_field(c, "persistence", "aof_rewrite_in_progress").as_deref() == Some("0")
             && info_field(c, "persistence", "aof_rewrite_scheduled").as_deref() == Some("0")
     });
-    assert!(idle, "background save/rewrite did not finish in 20s");
+    assert!(
+        idle,
+        "background save/rewrite did not finish in {}s",
+        limit.as_secs()
+    );
 }
 
 /// A field of `INFO <section>`.
@@ -275,6 +316,22 @@ pub fn info_field(con: &mut Connection, section: &str, field: &str) -> Option<St
     let prefix = format!("{field}:");
     text.lines()
         .find_map(|l| l.strip_prefix(&prefix).map(|v| v.trim().to_string()))
+}
+
+/// An integer field of `INFO <section>` that must be there.
+pub fn info_int(con: &mut Connection, section: &str, field: &str) -> i64 {
+    let v = info_field(con, section, field)
+        .unwrap_or_else(|| panic!("INFO {section} has no field {field}"));
+    v.parse()
+        .unwrap_or_else(|_| panic!("INFO {section} {field}: not an integer: {v:?}"))
+}
+
+/// `DBSIZE`.
+pub fn dbsize(con: &mut Connection) -> i64 {
+    match cmd!(con, "DBSIZE") {
+        Ok(Value::Int(n)) => n,
+        other => panic!("DBSIZE: {other:?}"),
+    }
 }
 
 /// Asserts that `r` is an error whose text starts with `prefix`.
@@ -343,6 +400,13 @@ pub fn crc64(data: &[u8]) -> u64 {
     crc
 }
 
+/// A connection to `server` authenticated as `user` (password `pw`).
+pub fn conn_as(server: &Server, user: &str) -> Connection {
+    let mut con = server.conn();
+    assert_eq!(cmd!(&mut con, "AUTH", user, "pw"), Ok(Value::Okay));
+    con
+}
+
 /// A connection to `server` with database `db` selected.
 pub fn conn_in(server: &Server, db: i64) -> Connection {
     let mut con = server.conn();
@@ -358,6 +422,11 @@ pub fn lock_stat(con: &mut Connection, field: &str) -> Option<i64> {
         v.parse()
             .unwrap_or_else(|_| panic!("INFO lock {field}: not an integer: {v:?}"))
     })
+}
+
+/// An integer field of `INFO lock` that must be there.
+pub fn stat(con: &mut Connection, field: &str) -> i64 {
+    lock_stat(con, field).unwrap_or_else(|| panic!("INFO lock has no {field}"))
 }
 
 /// `INFO lock` field `lock_waiting_clients`.
@@ -378,26 +447,25 @@ pub fn client_unblock(con: &mut Connection, id: u64, error: bool) -> i64 {
     }
 }
 
-/// Whether client `id` is still connected (`CLIENT LIST ID`).
-pub fn client_connected(con: &mut Connection, id: u64) -> bool {
-    let list: String = redis::cmd("CLIENT")
+/// `CLIENT LIST ID id`: the client's line, empty once it is gone.
+fn client_list_entry(con: &mut Connection, id: u64) -> String {
+    redis::cmd("CLIENT")
         .arg("LIST")
         .arg("ID")
         .arg(id)
         .query(con)
-        .expect("CLIENT LIST ID");
-    !list.trim().is_empty()
+        .expect("CLIENT LIST ID")
+}
+
+/// Whether client `id` is still connected (`CLIENT LIST ID`).
+pub fn client_connected(con: &mut Connection, id: u64) -> bool {
+    !client_list_entry(con, id).trim().is_empty()
 }
 
 /// Whether client `id` is blocked (`CLIENT LIST ID`: its flags include `b`).
 pub fn client_blocked(con: &mut Connection, id: u64) -> bool {
-    let list: String = redis::cmd("CLIENT")
-        .arg("LIST")
-        .arg("ID")
-        .arg(id)
-        .query(con)
-        .expect("CLIENT LIST ID");
-    list.split_whitespace()
+    client_list_entry(con, id)
+        .split_whitespace()
         .find_map(|f| f.strip_prefix("flags="))
         .is_some_and(|flags| flags.contains('b'))
 }

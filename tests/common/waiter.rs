@@ -1,5 +1,6 @@
 //! A client blocked in `LOCK.ACQUIRE … WAIT` on a connection of its own, and what it was
-//! answered.
+//! answered: the one blocked-client helper of the tests. ([`super::holds::Pending`] is a
+//! `Waiter` whose reply a thread of its own awaits.)
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -18,6 +19,19 @@ pub enum Reply {
     Error(String),
     /// A simple string (`+OK`, `+PONG`).
     Status(String),
+}
+
+impl Reply {
+    /// The reply as redis-rs shows it: a value, or the error's full text.
+    pub fn into_value(self) -> Result<Value, String> {
+        match self {
+            Reply::Fence(f) => Ok(Value::Int(f)),
+            Reply::Null => Ok(Value::Nil),
+            Reply::Error(e) => Err(e),
+            Reply::Status(s) if s == "OK" => Ok(Value::Okay),
+            Reply::Status(s) => Ok(Value::SimpleString(s)),
+        }
+    }
 }
 
 /// A client blocked (or about to block) in `LOCK.ACQUIRE … WAIT`, on its own plain socket, so
@@ -79,7 +93,33 @@ impl Waiter {
         ttl: &str,
         timeout: &str,
     ) -> Waiter {
-        let s = TcpStream::connect(("127.0.0.1", server.port)).expect("connect waiter");
+        Waiter::send_acquire(server.port, db, key, token, ttl, &["WAIT", timeout])
+    }
+
+    /// Sends `LOCK.ACQUIRE key token ttl opts…` in database `db` (with `WAIT` among `opts`,
+    /// it may block) and returns without reading.
+    pub fn send_opts(
+        server: &Server,
+        db: i64,
+        key: &str,
+        token: &str,
+        ttl: u64,
+        opts: &[&str],
+    ) -> Waiter {
+        Waiter::send_acquire(server.port, db, key, token, &ttl.to_string(), opts)
+    }
+
+    /// The one way a waiter starts: its own socket to the server on `port`, `SELECT db` (when
+    /// not 0) and `CLIENT ID`, then `LOCK.ACQUIRE key token ttl opts…`, written, not read.
+    pub fn send_acquire(
+        port: u16,
+        db: i64,
+        key: &str,
+        token: &str,
+        ttl: &str,
+        opts: &[&str],
+    ) -> Waiter {
+        let s = TcpStream::connect(("127.0.0.1", port)).expect("connect waiter");
         s.set_nodelay(true).ok();
         let mut w = Waiter {
             s,
@@ -105,7 +145,9 @@ impl Waiter {
         };
         w.answered = None;
         w.sent = Instant::now();
-        w.write(&["LOCK.ACQUIRE", key, token, ttl, "WAIT", timeout]);
+        let mut args = vec!["LOCK.ACQUIRE", key, token, ttl];
+        args.extend_from_slice(opts);
+        w.write(&args);
         w
     }
 
@@ -233,6 +275,17 @@ impl Waiter {
         match self.read(within) {
             Got::Reply(r) => Some(r),
             Got::Nothing | Got::Closed => None,
+        }
+    }
+
+    /// The next reply if it comes within `within`, as redis-rs shows a reply: a value, or the
+    /// error's full text (`"connection: closed"` when the server closed the connection with
+    /// no reply). `None` if nothing came.
+    pub fn value_within(&mut self, within: Duration) -> Option<Result<Value, String>> {
+        match self.read(within) {
+            Got::Reply(r) => Some(r.into_value()),
+            Got::Nothing => None,
+            Got::Closed => Some(Err("connection: closed".to_string())),
         }
     }
 

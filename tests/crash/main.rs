@@ -12,13 +12,16 @@
 //! variable.
 //!
 //! Submodules: `child_processes` (`Proc`), `killed_clients`, `killed_server`, `workers` (the
-//! random-kill loop) with `file_resource_workers` and `guarded_workers`, and `paused_holder`.
+//! random-kill loop) with `file_resource_workers` and `guarded_workers`, and `paused_holder`;
+//! `exclusion` (mutual exclusion under contention, in threads: clients that retry and clients
+//! that queue).
 //! `crash_child` stays here, at the crate root, as children run it with `--exact`.
 
 #[path = "../common/mod.rs"]
 mod common;
 
 mod child_processes;
+mod exclusion;
 mod file_resource_workers;
 mod guarded_workers;
 mod killed_clients;

@@ -19,17 +19,20 @@
 //! 5. A replica announces the lock events of the changes it applies from its master.
 //! 6. Each lease ends within milliseconds of its deadline while the module timer is armed for
 //!    a later one (a timer that is not re-armed leaves it to the 100 ms cron).
+//! 7. While the server's wall clock is stepped an hour forward and back, leases and `WAIT`
+//!    timeouts run on its monotonic clock and fences do not go backwards.
 //!
-//! (`CLIENT PAUSE … WRITE` is in `tests/server_rules/`.)
+//! (`CLIENT PAUSE … WRITE` is in `tests/server/rules/`.)
 //!
 //! Files, by the numbers above: `moved_leases` (1), `replicated_deadlines` (2),
 //! `writable_replica` (3), `scripts_and_transactions` (4), `replica_events` (5),
-//! `lease_end_timer` (6); `shifted_clock` starts a server whose wall clock is shifted, and
+//! `lease_end_timer` (6), `clock_steps` (7); `shifted_clock` starts a server whose wall clock is shifted, and
 //! `deadlines` brackets a lock's deadline from `LOCK.INFO` samples.
 
 #[path = "../common/mod.rs"]
 mod common;
 
+mod clock_steps;
 mod deadlines;
 mod lease_end_timer;
 mod moved_leases;
@@ -43,16 +46,9 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use common::*;
-use redis::{Connection, Value};
 
 /// Whether the replica has processed everything so far.
-fn sync(master: &mut Connection) {
-    assert_eq!(
-        wait_replicas(master, 1, 5_000),
-        Ok(Value::Int(1)),
-        "replica did not ack within 5 s"
-    );
-}
+use crate::common::sync_replica as sync;
 
 /// A waiter's reply and when it came, read on its own thread.
 fn watch(mut w: Waiter, within: Duration) -> JoinHandle<(Option<Reply>, Option<Instant>)> {

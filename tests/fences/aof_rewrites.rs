@@ -5,7 +5,6 @@
 //! preamble) has it in the RDB's aux data, and leaves an idle server idle (issue 22: a mark
 //! propagated for every fork counted as a change, so a save point forked for ever).
 
-use std::fs;
 use std::time::Duration;
 
 use crate::clock::now_ms;
@@ -14,46 +13,13 @@ use crate::common::*;
 use crate::payloads::{far_fence, held, restore};
 use crate::retries::acquire_ready;
 
-fn wait_persistence_idle(c: &mut redis::Connection) {
-    let idle = wait_until(Duration::from_secs(30), || {
-        info_field(c, "persistence", "rdb_bgsave_in_progress").as_deref() == Some("0")
-            && info_field(c, "persistence", "aof_rewrite_in_progress").as_deref() == Some("0")
-            && info_field(c, "persistence", "aof_rewrite_scheduled").as_deref() == Some("0")
-    });
-    assert!(idle, "background save/rewrite did not finish in 30s");
-}
-
-/// The files the AOF manifest lists: (type, content).
-fn aof_files(s: &Server) -> Vec<(String, Vec<u8>)> {
-    let dir = s.dir.join("appendonlydir");
-    let manifest = fs::read_to_string(dir.join("appendonly.aof.manifest")).expect("manifest");
-    manifest
-        .lines()
-        .filter_map(|l| {
-            let w: Vec<&str> = l.split_whitespace().collect();
-            let name = w.get(w.iter().position(|x| *x == "file")? + 1)?.to_string();
-            let kind = w.get(w.iter().position(|x| *x == "type")? + 1)?.to_string();
-            Some((kind, fs::read(dir.join(&name)).expect("AOF file")))
-        })
-        .collect()
-}
-
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
 
 /// The arguments of the `LOCK.HIGHWATER` commands in an AOF file.
 fn highwater_args(file: &[u8]) -> Vec<(i64, i64)> {
-    let text = String::from_utf8_lossy(file);
-    let lines: Vec<&str> = text.split("\r\n").collect();
-    let mut out = Vec::new();
-    for (i, l) in lines.iter().enumerate() {
-        if l.eq_ignore_ascii_case("LOCK.HIGHWATER") {
-            let num = |j: usize| -> i64 { lines[j].parse().unwrap_or(-1) };
-            out.push((num(i + 2), num(i + 4)));
-        }
-    }
-    out
+    aof::two_int_args(file, "LOCK.HIGHWATER")
 }
 
 /// A lock with a fence far above the floor, released, then `BGREWRITEAOF`: the rewritten AOF
@@ -78,13 +44,13 @@ fn aof_rewrite_keeps_a_released_fence_behind(preamble: bool) {
     assert_eq!(release(&mut c, "far", "t"), 1);
     let started = now_ms();
     assert!(cmd!(&mut c, "BGREWRITEAOF").is_ok());
-    wait_persistence_idle(&mut c);
+    wait_persistence_idle_within(&mut c, Duration::from_secs(30));
     assert_eq!(
         info_field(&mut c, "persistence", "aof_last_bgrewrite_status").as_deref(),
         Some("ok")
     );
     // What the rewritten AOF holds: no trace of the lock, and the mark.
-    let files = aof_files(&s);
+    let files = aof::files(&s);
     let base = &files.iter().find(|(k, _)| k == "b").expect("a base file").1;
     // An RDB preamble starts with the RDB magic: `REDIS`, or `VALKEY` from Valkey 9.
     assert_eq!(
@@ -161,7 +127,7 @@ fn idle_after_a_fence(s: &Server) -> redis::Connection {
     let mut c = s.conn();
     acquire(&mut c, "k", "t", 60_000).unwrap();
     assert_eq!(release(&mut c, "k", "t"), 1);
-    wait_persistence_idle(&mut c);
+    wait_persistence_idle_within(&mut c, Duration::from_secs(30));
     c
 }
 
@@ -190,7 +156,7 @@ fn a_fork_on_an_idle_server_that_needs_no_mark_leaves_no_change_behind() {
         for round in 1..=2 {
             let before = forks(&mut c);
             assert!(cmd!(&mut c, "BGSAVE").is_ok(), "{what}: BGSAVE");
-            wait_persistence_idle(&mut c);
+            wait_persistence_idle_within(&mut c, Duration::from_secs(30));
             std::thread::sleep(SETTLE);
             assert_eq!(forks(&mut c), before + 1, "{what}: BGSAVE forks once");
             assert_eq!(
@@ -204,7 +170,7 @@ fn a_fork_on_an_idle_server_that_needs_no_mark_leaves_no_change_behind() {
         let before = forks(&mut c);
         let r = Server::start(Opts::new().replicaof(s.port));
         wait_link_up(&mut r.conn());
-        wait_persistence_idle(&mut c);
+        wait_persistence_idle_within(&mut c, Duration::from_secs(30));
         std::thread::sleep(SETTLE);
         assert!(forks(&mut c) > before, "{what}: the replica's sync forked");
         assert_eq!(
@@ -214,14 +180,14 @@ fn a_fork_on_an_idle_server_that_needs_no_mark_leaves_no_change_behind() {
         );
         if what == "AOF with the RDB preamble" {
             assert!(cmd!(&mut c, "BGREWRITEAOF").is_ok());
-            wait_persistence_idle(&mut c);
+            wait_persistence_idle_within(&mut c, Duration::from_secs(30));
             std::thread::sleep(SETTLE);
             assert_eq!(
                 changes(&mut c),
                 0,
                 "{what}: BGREWRITEAOF (its RDB preamble has the mark) left a change behind"
             );
-            let marks: Vec<(i64, i64)> = aof_files(&s)
+            let marks: Vec<(i64, i64)> = aof::files(&s)
                 .iter()
                 .filter(|(k, _)| k == "i")
                 .flat_map(|(_, f)| highwater_args(f))
@@ -264,7 +230,7 @@ fn an_idle_server_with_a_save_point_stops_forking() {
             saved,
             "{what}: no save within 10 s of `save 1 1` with changes"
         );
-        wait_persistence_idle(&mut c);
+        wait_persistence_idle_within(&mut c, Duration::from_secs(30));
         cons.push((*what, c));
     }
     std::thread::sleep(SETTLE);
@@ -295,8 +261,8 @@ fn the_aof_switched_on_without_the_rdb_preamble_gets_the_mark() {
         cmd!(&mut c, "CONFIG", "SET", "appendonly", "yes"),
         Ok(redis::Value::Okay)
     );
-    wait_persistence_idle(&mut c);
-    let marks: Vec<(i64, i64)> = aof_files(&s)
+    wait_persistence_idle_within(&mut c, Duration::from_secs(30));
+    let marks: Vec<(i64, i64)> = aof::files(&s)
         .iter()
         .filter(|(k, _)| k == "i")
         .flat_map(|(_, f)| highwater_args(f))

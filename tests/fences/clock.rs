@@ -1,18 +1,11 @@
 //! The clock floor of fences (`unix_ms << 11`) and the clocks it is read against: this
 //! process's and the server's (`TIME`).
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use crate::cmd;
 use crate::{COUNTER_BITS, PER_MS};
 use redis::Value;
 
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
+pub(crate) use crate::common::unix_ms as now_ms;
 
 /// The clock floor of fences in Unix millisecond `ms`.
 pub(crate) fn floor(ms: i64) -> i64 {

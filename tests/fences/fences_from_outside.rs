@@ -22,7 +22,7 @@ fn a_lock_at_the_top_of_the_range_leaves_room_for_the_reload_bound() {
     let mut c = s.conn();
     let fmt = dump::Format::of(&mut c);
     let now = now_ms();
-    let hold = |t: &str, f: i64| dump::Hold::new(t, now + 600_000, f as u64);
+    let hold = |t: &str, f: i64| dump::SavedHold::new(t, now + 600_000, f as u64);
     // One above the top: as a hold's fence, as the key's last fence only (version 3), and in
     // a version-2 payload.
     for (what, over) in [

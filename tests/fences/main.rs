@@ -20,7 +20,8 @@
 //! holds, each token, deadline (Unix ms), fence; version 2 is token, deadline, fence,
 //! saved_at; version 1 has no saved_at and an absolute deadline.
 //!
-//! Tests: `crash_after_burst`, `bucket_pacing`, `fences_from_outside`, `aof_rewrites` and
+//! Tests: `live` (fences on a live server, across release, lease end and key removal),
+//! `crash_after_burst`, `bucket_pacing`, `fences_from_outside`, `aof_rewrites` and
 //! `restored_leases`; their helpers: `clock`, `retries`, `raw_replies`, `payloads`, `bursts`.
 
 #[path = "../common/mod.rs"]
@@ -32,6 +33,7 @@ mod bursts;
 mod clock;
 mod crash_after_burst;
 mod fences_from_outside;
+mod live;
 mod payloads;
 mod raw_replies;
 mod restored_leases;

@@ -11,7 +11,7 @@ use redis::Value;
 /// the encoding version the module writes (3).
 pub(crate) fn held(fmt: &dump::Format, token: &str, fence: i64) -> Vec<u8> {
     let now = now_ms();
-    let hold = dump::Hold::new(token, now + 600_000, fence as u64);
+    let hold = dump::SavedHold::new(token, now + 600_000, fence as u64);
     fmt.v3(dump::EXCLUSIVE, fence as u64, now, vec![hold])
 }
 

@@ -42,7 +42,9 @@ fn a_restored_lease_is_the_time_it_had_left() {
         let holds = lefts
             .iter()
             .enumerate()
-            .map(|(n, left)| dump::Hold::new(format!("s{n}"), saved_at + left, 1_000 + n as u64))
+            .map(|(n, left)| {
+                dump::SavedHold::new(format!("s{n}"), saved_at + left, 1_000 + n as u64)
+            })
             .collect();
         let t0 = Instant::now();
         restore(&mut c, "k", &fmt.v3(dump::SHARED, 1_005, saved_at, holds));
@@ -84,8 +86,8 @@ fn a_restored_lease_is_the_time_it_had_left() {
     // Each hold's: one after 300 ms, the other after 600 ms.
     let saved_at = now_ms() - HOUR_MS;
     let holds = vec![
-        dump::Hold::new("long", saved_at + 600, 1_000),
-        dump::Hold::new("short", saved_at + 300, 1_001),
+        dump::SavedHold::new("long", saved_at + 600, 1_000),
+        dump::SavedHold::new("short", saved_at + 300, 1_001),
     ];
     let t0 = Instant::now();
     restore(&mut c, "k", &fmt.v3(dump::SHARED, 1_001, saved_at, holds));
@@ -159,8 +161,8 @@ fn a_restored_lease_keeps_its_time_across_an_aof_restart() {
     restore(&mut c, "ahead", &fmt.v2("t", ahead + 20_000, 1_000, ahead));
     // Version 3: each hold's time left, from a clock an hour behind.
     let holds = vec![
-        dump::Hold::new("a", behind + 600_000, 1_000),
-        dump::Hold::new("b", behind + 300_000, 1_001),
+        dump::SavedHold::new("a", behind + 600_000, 1_000),
+        dump::SavedHold::new("b", behind + 300_000, 1_001),
     ];
     restore(
         &mut c,

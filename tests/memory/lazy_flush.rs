@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use crate::common::{
     acquire, conn_in, info, release, wait_until, waiting_clients, Reply, Server, Waiter,
 };
-use crate::{heavy, int_field, lock_stat};
+use crate::common::{info_int as int_field, stat as lock_stat};
+use crate::heavy;
 use redis::{Connection, Value};
 
 /// Locks in db 0 (`FLUSH_RACE_LOCKS` overrides).

@@ -19,35 +19,26 @@
 //!
 //! These tests take a lot of memory and CPU: the tests of this file run one at a time.
 //!
+//! 3. **What shared holds cost** (`shared_holds`): a key with one shared holder costs no more
+//!    than an exclusive lock, and each further holder at most 64 bytes plus its token.
+//!
 //! Files: `waiter_memory` holds the test of memory for waiters, run over the clients and
-//! phases of `waiter_runs`; `lazy_flush` holds the tests of a lazy flush.
+//! phases of `waiter_runs`; `lazy_flush` holds the tests of a lazy flush; `shared_holds` the
+//! tests of what shared holds cost.
 
 #[path = "../common/mod.rs"]
 mod common;
 
 mod lazy_flush;
+mod shared_holds;
 mod waiter_memory;
 mod waiter_runs;
 
 use std::sync::{Mutex, MutexGuard};
-
-use common::info_field;
-use redis::Connection;
 
 static HEAVY: Mutex<()> = Mutex::new(());
 
 /// One heavy test at a time (they measure memory and time on a small machine).
 fn heavy() -> MutexGuard<'static, ()> {
     HEAVY.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn int_field(con: &mut Connection, section: &str, name: &str) -> i64 {
-    let v = info_field(con, section, name)
-        .unwrap_or_else(|| panic!("INFO {section} has no field {name}"));
-    v.parse()
-        .unwrap_or_else(|_| panic!("INFO {section} {name}: not an integer: {v:?}"))
-}
-
-fn lock_stat(con: &mut Connection, name: &str) -> i64 {
-    int_field(con, "lock", name)
 }

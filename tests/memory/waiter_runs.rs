@@ -9,15 +9,12 @@ use std::os::fd::AsRawFd;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
+use crate::common::memory::used_memory;
 use crate::common::{
     acquire, client_unblock, info, resp_command, wait_until, waiting_clients, Opts, Server,
 };
-use crate::{int_field, lock_stat};
+use crate::common::{info_int as int_field, stat as lock_stat};
 use redis::{Connection, Value};
-
-fn used_memory(con: &mut Connection) -> i64 {
-    int_field(con, "memory", "used_memory")
-}
 
 /// Clients at once, and rounds of them per phase.
 pub(crate) const PER_ROUND: usize = 1000;

@@ -129,12 +129,7 @@ const BURST_CONNS: usize = 2;
 /// turns, so that every full-length run has several.
 const CRASH_GAP: u64 = 400;
 
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use common::env::env_u64;
 
 fn show(b: &[u8]) -> String {
     String::from_utf8_lossy(b).escape_debug().to_string()

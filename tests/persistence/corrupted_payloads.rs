@@ -5,19 +5,11 @@
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
+use crate::common::dump::dump;
 use crate::common::*;
-use crate::{assert_survived, cmd, dump};
+use crate::{assert_survived, cmd};
 use rand::{Rng, SeedableRng};
 use redis::Value;
-
-/// `body` (RDB type + value) + `version` + a correct CRC64.
-fn with_crc(body: &[u8], version: &[u8]) -> Vec<u8> {
-    let mut p = body.to_vec();
-    p.extend_from_slice(version);
-    let crc = crc64(&p);
-    p.extend_from_slice(&crc.to_le_bytes());
-    p
-}
 
 #[test]
 fn corrupted_restore_payload_is_refused() {
@@ -63,7 +55,7 @@ fn restore_payload_with_valid_checksum_but_bad_module_data() {
         "crc64 implementation disagrees with DUMP"
     );
     let body = &payload[..n - 10];
-    let version = &payload[n - 10..n - 8];
+    let version: [u8; 2] = payload[n - 10..n - 8].try_into().unwrap();
     // RDB_TYPE_MODULE_2, then the 64-bit module id (RDB_64BITLEN marker + 8 bytes BE).
     assert_eq!(
         body[0], 7,
@@ -78,14 +70,20 @@ fn restore_payload_with_valid_checksum_but_bad_module_data() {
             "RESTORE",
             "target",
             0,
-            with_crc(body, version).as_slice()
+            dump::with_trailer(body, version).as_slice()
         ),
         Ok(Value::Okay)
     );
     cmd!(&mut c, "DEL", "target").unwrap();
 
     let try_restore = |c: &mut redis::Connection, b: &[u8], what: &str| -> bool {
-        let r = cmd!(c, "RESTORE", "target", 0, with_crc(b, version).as_slice());
+        let r = cmd!(
+            c,
+            "RESTORE",
+            "target",
+            0,
+            dump::with_trailer(b, version).as_slice()
+        );
         let ok = match &r {
             Ok(Value::Okay) => true,
             Err(e) => {

@@ -3,8 +3,9 @@
 
 use std::time::{Duration, Instant};
 
+use crate::common::dump::dump;
 use crate::common::*;
-use crate::{assert_survived, cmd, dump};
+use crate::{assert_survived, cmd};
 use redis::Value;
 
 #[test]

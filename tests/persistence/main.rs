@@ -1,24 +1,23 @@
-//! Fences never go backwards, and locks survive RDB, AOF, DEBUG RELOAD, DUMP/RESTORE and
-//! MIGRATE exactly (holder, remaining lease, fence).
+//! Locks survive RDB, AOF, DEBUG RELOAD, DUMP/RESTORE and MIGRATE exactly (holder, remaining
+//! lease, fence). (Fences on a live server are in `tests/fences/live.rs`; replicas in
+//! `tests/replication/`.)
 //!
-//! Files: `fences` (fences on a live server, across release, lease end and key removal),
-//! `restarts` (RDB and AOF restarts, `DEBUG RELOAD`, a lease that ended while the server was
+//! Files: `restarts` (RDB and AOF restarts, `DEBUG RELOAD`, a lease that ended while the server was
 //! down, a crash back to an older RDB), `dump_restore_migrate` (`DUMP`/`RESTORE` and `MIGRATE`)
-//! and `corrupted_payloads` (`RESTORE` payloads that are damaged or hold bad module data); here
-//! the helpers they share.
+//! and `corrupted_payloads` (`RESTORE` payloads that are damaged or hold bad module data); `shared/`
+//! the same trips for shared holds; here the helpers they share.
 
 #[path = "../common/mod.rs"]
 mod common;
 
 mod corrupted_payloads;
 mod dump_restore_migrate;
-mod fences;
 mod restarts;
+mod shared;
 
 use std::time::Duration;
 
 use common::LockInfo;
-use redis::Value;
 
 /// Checks that `after` (read `elapsed` after `before`) is the same lease.
 #[track_caller]
@@ -33,11 +32,4 @@ fn assert_survived(before: &LockInfo, after: Option<LockInfo>, elapsed: Duration
         after.ttl,
         before.ttl
     );
-}
-
-fn dump(c: &mut redis::Connection, key: &str) -> Vec<u8> {
-    match cmd!(c, "DUMP", key) {
-        Ok(Value::BulkString(b)) => b,
-        other => panic!("DUMP {key}: {other:?}"),
-    }
 }

@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 use redis::{Connection, Value};
 
 use super::{
-    dec_len, split, with_trailer, Hold, Layout, LockBody, ENCVER, ENCVER_MASK, RDB_TYPE_MODULE_2,
+    dec_len, split, with_trailer, Layout, LockBody, SavedHold, ENCVER, ENCVER_MASK,
+    RDB_TYPE_MODULE_2,
 };
 use crate::common::run;
 
@@ -59,7 +60,7 @@ impl Dump {
     }
 
     /// The values of a version-3 dump: (saved_at, mode, last fence, holds).
-    pub fn v3(&self) -> (i64, u64, u64, &[Hold]) {
+    pub fn v3(&self) -> (i64, u64, u64, &[SavedHold]) {
         match &self.lock().layout {
             Layout::V3 {
                 saved_at,
@@ -139,18 +140,18 @@ impl Format {
 
     /// A lock of encoding version 1 (no save time: the deadline is absolute).
     pub fn v1(&self, token: &str, deadline: i64, fence: u64) -> Vec<u8> {
-        self.payload(&self.body(1, Layout::V1(Hold::new(token, deadline, fence))))
+        self.payload(&self.body(1, Layout::V1(SavedHold::new(token, deadline, fence))))
     }
 
     /// A lock of encoding version 2, as a server whose clock read `saved_at` dumped it.
     pub fn v2(&self, token: &str, deadline: i64, fence: u64, saved_at: i64) -> Vec<u8> {
-        let hold = Hold::new(token, deadline, fence);
+        let hold = SavedHold::new(token, deadline, fence);
         self.payload(&self.body(2, Layout::V2 { hold, saved_at }))
     }
 
     /// A lock of encoding version 3 with `holds` in grant order, as a server whose clock
     /// read `saved_at` dumped it.
-    pub fn v3(&self, mode: u64, last_fence: u64, saved_at: i64, holds: Vec<Hold>) -> Vec<u8> {
+    pub fn v3(&self, mode: u64, last_fence: u64, saved_at: i64, holds: Vec<SavedHold>) -> Vec<u8> {
         self.payload(&self.body(3, Layout::v3(mode, last_fence, saved_at, holds)))
     }
 }

@@ -7,16 +7,16 @@ use super::{
 
 /// One saved hold.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Hold {
+pub struct SavedHold {
     pub token: Vec<u8>,
     /// Unix ms (signed, saved as its unsigned bits).
     pub deadline: i64,
     pub fence: u64,
 }
 
-impl Hold {
-    pub fn new(token: impl AsRef<[u8]>, deadline: i64, fence: u64) -> Hold {
-        Hold {
+impl SavedHold {
+    pub fn new(token: impl AsRef<[u8]>, deadline: i64, fence: u64) -> SavedHold {
+        SavedHold {
             token: token.as_ref().to_vec(),
             deadline,
             fence,
@@ -30,9 +30,9 @@ impl Hold {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Layout {
     /// Version 1: one hold, its deadline absolute.
-    V1(Hold),
+    V1(SavedHold),
     /// Version 2: one hold and the Unix ms it was saved at.
-    V2 { hold: Hold, saved_at: i64 },
+    V2 { hold: SavedHold, saved_at: i64 },
     /// Version 3: the save time, the mode ([`EXCLUSIVE`], [`SHARED`], or anything), the
     /// key's last fence, the count of holds, and the holds written.
     V3 {
@@ -40,13 +40,13 @@ pub enum Layout {
         mode: u64,
         last_fence: u64,
         count: u64,
-        holds: Vec<Hold>,
+        holds: Vec<SavedHold>,
     },
 }
 
 impl Layout {
     /// Version 3 as the module writes it: `count` is the number of holds.
-    pub fn v3(mode: u64, last_fence: u64, saved_at: i64, holds: Vec<Hold>) -> Layout {
+    pub fn v3(mode: u64, last_fence: u64, saved_at: i64, holds: Vec<SavedHold>) -> Layout {
         Layout::V3 {
             saved_at,
             mode,
@@ -57,7 +57,7 @@ impl Layout {
     }
 
     /// The holds written.
-    pub fn holds(&self) -> &[Hold] {
+    pub fn holds(&self) -> &[SavedHold] {
         match self {
             Layout::V1(h) | Layout::V2 { hold: h, .. } => std::slice::from_ref(h),
             Layout::V3 { holds, .. } => holds,
@@ -74,7 +74,7 @@ impl Layout {
 
     /// The values in the order they are written.
     pub fn items(&self) -> Vec<Item<'_>> {
-        fn hold<'a>(out: &mut Vec<Item<'a>>, h: &'a Hold) {
+        fn hold<'a>(out: &mut Vec<Item<'a>>, h: &'a SavedHold) {
             out.push(Item::Str(&h.token));
             out.push(Item::Uint(h.deadline as u64));
             out.push(Item::Uint(h.fence));
@@ -233,11 +233,11 @@ impl Reader<'_> {
         Some(s)
     }
 
-    fn hold(&mut self) -> Option<Hold> {
+    fn hold(&mut self) -> Option<SavedHold> {
         let token = self.string()?;
         let deadline = self.uint() as i64;
         let fence = self.uint();
-        Some(Hold {
+        Some(SavedHold {
             token,
             deadline,
             fence,

@@ -24,6 +24,7 @@
 //! and the payload trailer.
 #![allow(dead_code)]
 
+mod decoded;
 mod dumps;
 mod lengths;
 mod lock_body;
@@ -32,9 +33,14 @@ mod lock_holders;
 // Re-exported so that `common::dump::…` names every item, as when this was one file; a test
 // target that uses nothing of one of these files would otherwise warn.
 #[allow(unused_imports)]
+pub use decoded::*;
+#[allow(unused_imports)]
 pub use dumps::*;
 #[allow(unused_imports)]
 pub use lengths::*;
+/// The name [`SavedHold`] had: a hold as a `DUMP` payload saves it.
+#[allow(unused_imports)]
+pub use lock_body::SavedHold as Hold;
 #[allow(unused_imports)]
 pub use lock_body::*;
 #[allow(unused_imports)]
