@@ -61,12 +61,14 @@ test-quick: build
 
 # The failover harness (failover/README.md, issue 26): real Sentinel in front of a master and
 # two replicas, 8 clients, a fault on the master every 6-8 s, the history checked. A fixed seed
-# and 60 s of faults (about 80 s in all); FAILOVER_SECONDS / FAILOVER_SEED change them.
+# and 60 s of faults (about 80 s in all); FAILOVER_SECONDS / FAILOVER_SEED change them, and
+# FAILOVER_MODE (plain, durable1, settings, minreplicas1, or all: a column each).
 FAILOVER_SECONDS ?= 60
 FAILOVER_SEED    ?= 26
+FAILOVER_MODE    ?= plain
 .PHONY: failover
 failover: build
-	cargo run --profile itest -p redis-lock-failover --bin failover -- --seconds $(FAILOVER_SECONDS) --seed $(FAILOVER_SEED)
+	cargo run --profile itest -p redis-lock-failover --bin failover -- --seconds $(FAILOVER_SECONDS) --seed $(FAILOVER_SEED) --mode $(FAILOVER_MODE)
 
 # Integration tests against each server: Redis 7.0 (system), Valkey 8.1/9.1 and Redis 8.2
 # (PyPI wheels in venvs under target/matrix/). SERVERS="valkey-9.1" runs only some.

@@ -11,7 +11,10 @@ pub struct Args {
     pub seed: u64,
     pub clients: u32,
     pub keys: u32,
+    /// The mode of this run.
     pub mode: Mode,
+    /// `--mode`'s modes, run one after another with the same seed (`all`: every mode).
+    pub modes: Vec<Mode>,
     pub ttl_ms: u64,
     pub wait_ms: u64,
     pub command_timeout_ms: u64,
@@ -23,7 +26,7 @@ pub struct Args {
 }
 
 const USAGE: &str = "usage: failover [--seconds N (60)] [--seed N (26)] [--clients N (8)] \
-[--keys N (3)] [--mode plain] [--ttl-ms N (3000)] [--wait-ms N (1000)] \
+[--keys N (3)] [--mode plain|durable1|settings|minreplicas1|all (plain)] [--ttl-ms N (3000)] [--wait-ms N (1000)] \
 [--command-timeout-ms N (5000)] [--fault-min-ms N (6000)] [--fault-max-ms N (8000)] \
 [--resolve-ms N (0: only after errors)] [--work-ms N (5)] \
 [--module PATH (target/release/libredis_lock.so, or $REDIS_LOCK_MODULE)]";
@@ -40,6 +43,7 @@ impl Args {
             clients: 8,
             keys: 3,
             mode: Mode::Plain,
+            modes: vec![Mode::Plain],
             ttl_ms: 3000,
             // At most a third of the ttl: a grant that waited longer is renewed by the
             // library with an extend the history does not see (see check.rs, "Holds").
@@ -75,7 +79,8 @@ impl Args {
                 "--seed" => a.seed = num()?,
                 "--clients" => a.clients = num()? as u32,
                 "--keys" => a.keys = num()? as u32,
-                "--mode" => a.mode = Mode::parse(&value)?,
+                "--mode" if value == "all" => a.modes = Mode::ALL.to_vec(),
+                "--mode" => a.modes = vec![Mode::parse(&value)?],
                 "--ttl-ms" => a.ttl_ms = num()?,
                 "--wait-ms" => a.wait_ms = num()?,
                 "--command-timeout-ms" => a.command_timeout_ms = num()?,
@@ -92,6 +97,7 @@ impl Args {
                 "clients, keys and fault intervals must be positive\n{USAGE}"
             ));
         }
+        a.mode = a.modes[0];
         a.module = a
             .module
             .canonicalize()

@@ -50,7 +50,6 @@
 //! themselves.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fmt::Write as _;
 
 use crate::history::{History, MasterRecord, Nanos, Op, OpKind, Outcome};
 
@@ -128,84 +127,6 @@ impl Report {
             ("fence repeats", &self.fence_repeats),
             ("unexplained log entries", &self.unexplained_entries),
         ]
-    }
-
-    /// The table of issue 26, then the operations' outcomes and examples of each violation.
-    pub fn table(&self, mode: &str) -> String {
-        let mut rows: Vec<(String, String)> = vec![
-            ("failovers".into(), self.failovers.to_string()),
-            ("grants acknowledged".into(), self.acquires.ok.to_string()),
-            (
-                "grants acknowledged by a master Sentinel had already deposed".into(),
-                self.deposed_grants.to_string(),
-            ),
-            (
-                "overlapping acknowledged holds on one key (pairs)".into(),
-                self.overlaps.count.to_string(),
-            ),
-            (
-                "acknowledged grants provably lost".into(),
-                self.lost_grants.count.to_string(),
-            ),
-            (
-                "acknowledged guarded writes lost".into(),
-                self.lost_writes.count.to_string(),
-            ),
-            (
-                "guarded writes out of fence order".into(),
-                self.write_order.count.to_string(),
-            ),
-            (
-                "fence regressions / repeats".into(),
-                format!(
-                    "{} / {}",
-                    self.fence_regressions.count, self.fence_repeats.count
-                ),
-            ),
-            (
-                "unexplained log entries".into(),
-                self.unexplained_entries.count.to_string(),
-            ),
-        ];
-        for (name, t) in [
-            ("acquires", self.acquires),
-            ("guarded writes", self.writes),
-            ("extends", self.extends),
-            ("releases", self.releases),
-        ] {
-            rows.push((
-                format!("{name}: ok / failed / unknown"),
-                format!("{} / {} / {}", t.ok, t.failed, t.unknown),
-            ));
-        }
-        let width = rows.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
-        let mut out = String::new();
-        let _ = writeln!(out, "| {:width$} | {mode} |", "");
-        let _ = writeln!(
-            out,
-            "| {} | {} |",
-            "-".repeat(width),
-            "-".repeat(mode.len())
-        );
-        for (name, value) in rows {
-            let _ = writeln!(out, "| {name:width$} | {value} |");
-        }
-        if !self.unread_logs.is_empty() {
-            let _ = writeln!(
-                out,
-                "\nlogs not read (writes not judged): {:?}",
-                self.unread_logs
-            );
-        }
-        for (name, v) in self.kinds() {
-            if !v.examples.is_empty() {
-                let _ = writeln!(out, "\n{name}, e.g.:");
-                for e in &v.examples {
-                    let _ = writeln!(out, "  {e}");
-                }
-            }
-        }
-        out
     }
 }
 
@@ -448,6 +369,9 @@ fn writes(history: &History, report: &mut Report) {
         }
     }
 }
+
+mod table;
+pub use table::table;
 
 #[cfg(test)]
 mod tests;

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::check::check;
+use crate::check::{check, Report};
 use crate::faults::Faults;
 use crate::history::{History, Nanos, Node, Outcome};
 use crate::mode::Mode;
@@ -61,7 +61,7 @@ pub fn check_and_print(
     clients_done: Nanos,
     mode: Mode,
     began: Instant,
-) -> Result<(), String> {
+) -> Result<Report, String> {
     let report = check(history);
     // A master killed or paused past down-after-milliseconds and no failover seen: the
     // Sentinels did not work, and the run measured nothing.
@@ -97,11 +97,12 @@ pub fn check_and_print(
     print!("{}", report.table(mode.name()));
     println!();
     println!(
-        "violations: {} (the baseline in plain mode, not a failure); run took {:.1} s",
+        "violations in mode {}: {} (measured, not a failure); run took {:.1} s",
+        mode.name(),
         report.violations(),
         began.elapsed().as_secs_f64()
     );
-    Ok(())
+    Ok(report)
 }
 
 /// The history as tab-separated lines, for a second look and for later phases' tools.

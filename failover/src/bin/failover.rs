@@ -16,6 +16,7 @@ use std::thread;
 use std::time::Instant;
 
 use redis_lock_failover::args::Args;
+use redis_lock_failover::check::{table, Report};
 use redis_lock_failover::faults::Faults;
 use redis_lock_failover::history::{History, Node};
 use redis_lock_failover::report;
@@ -26,12 +27,14 @@ use redis_lock_failover::workload::start_clients;
 
 /// One run: servers up, clients and the poller started, the faults, then the end (see
 /// `redis_lock_failover::report`); the servers are killed on every way out.
-fn run(args: Args) -> Result<(), String> {
+fn run(args: Args) -> Result<Report, String> {
     let began = Instant::now();
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let base = root
-        .join("target/failover")
-        .join(format!("run-{}", std::process::id()));
+    let base = root.join("target/failover").join(format!(
+        "run-{}-{}",
+        std::process::id(),
+        args.mode.name()
+    ));
     std::fs::create_dir_all(&base).map_err(|e| format!("{}: {e}", base.display()))?;
     let mut servers = Servers::start(&base, &args)?;
     let data: Vec<Node> = servers.data.iter().map(|p| p.port).collect();
@@ -98,11 +101,34 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("failover: harness error: {e}");
-            ExitCode::FAILURE
+    // Every mode asked for, one after another with the same seed; a mode whose run fails
+    // is reported and left out of the table, and the exit status says so.
+    let mut done: Vec<(&str, Report)> = Vec::new();
+    let mut failed = false;
+    for &mode in &args.modes {
+        match run(Args {
+            mode,
+            ..args.clone()
+        }) {
+            Ok(report) => done.push((mode.name(), report)),
+            Err(e) => {
+                eprintln!("failover: harness error in mode {}: {e}", mode.name());
+                failed = true;
+            }
         }
+    }
+    if args.modes.len() > 1 {
+        let columns: Vec<(&str, &Report)> = done.iter().map(|(m, r)| (*m, r)).collect();
+        println!(
+            "\nevery mode, seed {}, {} s each:\n\n{}",
+            args.seed,
+            args.seconds,
+            table(&columns)
+        );
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
     }
 }
