@@ -1,19 +1,24 @@
 //! redis-lock: a Redis module that makes the distributed lock a native data type.
 //!
-//! Three layers; imports run downwards only.
+//! Four floors; imports run downwards only (docs/architecture.md draws them and says which
+//! file owns what).
 //!
-//! - Pure logic, no server: `lock.rs` (the lock as a state machine: holder, deadline,
-//!   fence), `fence.rs` (fences that never go backwards), `args.rs` and `error.rs`
-//!   (arguments and error replies), `clock.rs` (the two clocks), `block_set.rs` (the ordered
-//!   set of lease deadlines), `config.rs`, `stats.rs` (counters and client-visible events).
-//!   Server primitives beside them: `keyspace.rs` (a key handle that borrows its lock),
-//!   `blocked.rs` (blocked clients), `propagate.rs` (effects sent to replicas and the AOF),
-//!   `replication.rs` (whether anything reads them).
-//! - `engine/`: owns all module state (lease index, waiters, fences, timer) and makes every
-//!   change to a lock and every hand-off.
-//! - Adapters the server calls: `command_table.rs` (each command described once) and
-//!   `commands.rs`, `events.rs` (server and keyspace events, blocked-client callbacks,
-//!   `INFO lock`), `persistence.rs` (the data type's callbacks).
+//! - Pure logic, no server: `lock/` (the lock as a state machine given the time), `fence.rs`
+//!   (fences that never go backwards), `args.rs` and `error.rs` (arguments and error
+//!   replies), `clock.rs` (the two clocks), `block_set.rs`, `hashing.rs`, `config.rs`, and the
+//!   engine's bookkeeping: `engine/rules.rs` (the hand-off rules), `engine/waiters.rs`,
+//!   `engine/observers.rs`.
+//! - Server primitives: `keyspace.rs` (`ReadKey`, and `LockKey`, the one way to change a
+//!   lock, which keeps its lease-index entry in step), `leases.rs` (the lease index),
+//!   `blocked.rs` (blocked clients, woken once), `propagate.rs`, `replication.rs`, `stats.rs`,
+//!   `panic_log.rs`.
+//! - `engine/`: owns all module state and makes every change to a lock and every hand-off:
+//!   `state.rs`, then `effects.rs` (an operation's frame and effects), then `handoff.rs`,
+//!   then the entry points `ops.rs`, `observe.rs`, `server.rs`.
+//! - Adapters the server calls: `command_table.rs` (each command described once),
+//!   `commands.rs`, `describe.rs` (`LOCK.INFO`/`LOCK.HOLDERS` replies), `events.rs` (server
+//!   and keyspace events, blocked-client callbacks, `INFO lock`), `persistence.rs` (the data
+//!   type's callbacks), `guard.rs` (`LOCK.GUARD`'s inner command).
 
 mod args;
 mod block_set;
