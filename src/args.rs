@@ -219,10 +219,22 @@ pub fn apply<'a>(args: &[&'a [u8]]) -> Result<ApplyArgs<'a>, LockError> {
     })
 }
 
-/// Parsed `LOCK.HIGHWATER fence saved_ms`: a high-water mark and when it was saved.
-pub fn highwater(args: &[&[u8]]) -> Result<(u64, i64), LockError> {
-    let [fence, saved_ms] = args else {
-        return Err(LockError::Arity);
+/// Parsed `LOCK.HIGHWATER fence saved_ms [EPOCH epoch]`: a high-water mark, when it was
+/// saved, and the master's epoch (0 when absent: a master never promoted, or an older module).
+pub fn highwater(args: &[&[u8]]) -> Result<(u64, i64, u64), LockError> {
+    let (fence, saved_ms, epoch) = match args {
+        [fence, saved_ms] => (fence, saved_ms, None),
+        [fence, saved_ms, token, epoch] if token.eq_ignore_ascii_case(b"EPOCH") => {
+            (fence, saved_ms, Some(epoch))
+        }
+        [_, _, ..] => return Err(LockError::BadInternal("LOCK.HIGHWATER", "option")),
+        _ => return Err(LockError::Arity),
+    };
+    let epoch = match epoch {
+        None => 0,
+        Some(e) => integer(e)
+            .filter(|&e| e >= 0)
+            .ok_or(LockError::BadInternal("LOCK.HIGHWATER", "epoch"))? as u64,
     };
     // 0: nothing issued yet (a fresh server's first rewrite).
     let fence = integer(fence)
@@ -230,7 +242,7 @@ pub fn highwater(args: &[&[u8]]) -> Result<(u64, i64), LockError> {
         .filter(|&f| f == 0 || crate::fence::is_valid(f))
         .ok_or(LockError::BadInternal("LOCK.HIGHWATER", "fence"))?;
     let saved_ms = integer(saved_ms).ok_or(LockError::BadInternal("LOCK.HIGHWATER", "time"))?;
-    Ok((fence, saved_ms))
+    Ok((fence, saved_ms, epoch))
 }
 
 /// The fence of `LOCK.GUARD key fence command …`: a positive integer. (Any positive fence
@@ -580,6 +592,26 @@ mod tests {
         for n in [1i64, 42, 86_400_000, -5, 1_796_011_764_123] {
             assert_eq!(integer(n.to_string().as_bytes()), Some(n));
         }
+    }
+
+    #[test]
+    fn lock_highwater_takes_an_optional_epoch() {
+        assert_eq!(highwater(&[b"5", b"7"]).unwrap(), (5, 7, 0));
+        assert_eq!(highwater(&[b"5", b"7", b"epoch", b"3"]).unwrap(), (5, 7, 3));
+        for bad in [
+            &[b"5".as_slice(), b"7", b"EPOCH"][..],
+            &[b"5", b"7", b"EPOCH", b"-1"],
+            &[b"5", b"7", b"AGE", b"3"],
+        ] {
+            assert!(
+                matches!(
+                    highwater(bad),
+                    Err(LockError::BadInternal("LOCK.HIGHWATER", _))
+                ),
+                "{bad:?}"
+            );
+        }
+        assert!(matches!(highwater(&[b"5"]), Err(LockError::Arity)));
     }
 
     #[test]

@@ -100,6 +100,12 @@ const FENCE: Arg = Arg {
     token: None,
     flags: 0,
 };
+const EPOCH: Arg = Arg {
+    name: c"epoch",
+    kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+    token: Some(c"EPOCH"),
+    flags: OPTIONAL,
+};
 
 const SEEN: Arg = Arg {
     name: c"seen",
@@ -236,10 +242,10 @@ const COMMANDS: &[Command] = &[
     Command {
         name: c"lock.highwater",
         flags: c"write",
-        arity: 3,
+        arity: -3,
         key_flags: 0,
-        args: &[FENCE, SAVED_AT],
-        summary: c"Internal: the fence high-water mark when an AOF rewrite began (refused from clients)",
+        args: &[FENCE, SAVED_AT, EPOCH],
+        summary: c"Internal: the fence high-water mark and epoch, when an AOF rewrite began or the master was promoted (refused from clients)",
         complexity: c"O(1)",
         handler: commands::highwater,
     },

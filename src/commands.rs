@@ -171,15 +171,15 @@ pub fn apply(ctx: &Context, args: &[RedisString]) -> RedisResult {
     Ok(RedisValue::SimpleStringStatic("OK"))
 }
 
-/// `LOCK.HIGHWATER fence saved_ms`: the fence high-water mark as saved when an AOF rewrite
-/// began (internal).
+/// `LOCK.HIGHWATER fence saved_ms [EPOCH epoch]`: the fence high-water mark as saved when an
+/// AOF rewrite began or the master was promoted, and the master's epoch (internal).
 pub fn highwater(ctx: &Context, args: &[RedisString]) -> RedisResult {
     if !engine::is_replay(ctx) {
         return Err(LockError::InternalCommand("LOCK.HIGHWATER").into());
     }
     let rest: Vec<&[u8]> = args.iter().skip(1).map(RedisString::as_slice).collect();
-    let (fence, saved_ms) = args::highwater(&rest)?;
-    engine::highwater(ctx, fence, saved_ms);
+    let (fence, saved_ms, epoch) = args::highwater(&rest)?;
+    engine::highwater(ctx, fence, saved_ms, epoch);
     Ok(RedisValue::SimpleStringStatic("OK"))
 }
 

@@ -94,10 +94,12 @@ fn on_cron(ctx: &Context, _hz: u64) {
 /// A master that becomes a replica answers its waiters, as Redis does for its own blocked
 /// clients.
 #[role_changed_event_handler]
-fn on_role_change(_ctx: &Context, role: ServerRole) {
+fn on_role_change(ctx: &Context, role: ServerRole) {
     replication::role_changed(role == ServerRole::Replica);
     if role == ServerRole::Replica {
         engine::demoted();
+    } else {
+        engine::promoted(ctx);
     }
 }
 
@@ -363,6 +365,7 @@ fn info_section(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         ("releases", stats::RELEASES.get()),
         ("extends", stats::EXTENDS.get()),
         ("fences", stats::FENCES.get()),
+        ("fence_epoch", engine::with_fences(|f| f.epoch()) as i64),
         ("lease_ends", stats::LEASE_ENDS.get()),
         ("grants", stats::GRANTS.get()),
         ("wait_timeouts", stats::WAIT_TIMEOUTS.get()),

@@ -17,8 +17,8 @@
 //! every fence issued before the crash, provided the wall clock did not go back across it
 //! (the module spends that wait at load, sleeping, so that no client meets it). One
 //! server thread issues up to about 2 million fences a second in bursts (`LOCK.FENCE`
-//! pipelined on 8 connections); the bucket lets such bursts through and holds a sustained
-//! rate to 2.048 million a second.
+//! pipelined on 8 connections); the bucket lets bursts of [`BURST_MS`] milliseconds' worth
+//! through and holds a sustained rate to 512,000 a second (below, "Epochs").
 //!
 //! Fences above the floor (a key that came from a node whose clock is ahead) grow no faster,
 //! so a snapshot's high-water mark plus a full bucket plus [`PER_MS`] for every millisecond
@@ -26,17 +26,39 @@
 //!
 //! Eleven counter bits keep fences below 2^53, exact for clients that hold integers as
 //! doubles (JavaScript, Lua), until May 2109; a fence that would not be is refused.
+//!
+//! **Epochs.** The low [`EPOCH_BITS`] of a fence name the epoch of the master that issued it
+//! (its epoch modulo [`EPOCHS`]), so two masters alive at once, a deposed one that has not
+//! yet learned it was deposed and the replica promoted in its place, never issue the same
+//! fence: a promotion raises the epoch to one above every epoch the replica has seen. A
+//! server learns its master's epoch from a full synchronisation (the RDB's aux data) and from
+//! `LOCK.HIGHWATER`, which a master propagates when it is promoted and when an AOF rewrite
+//! begins. Two masters' fences collide only if [`EPOCHS`] promotions happen while the older
+//! one still issues fences (README, "Deploying for failover"). Every fence takes
+//! [`EPOCHS`] of the counter's slots, so the sustained rate is [`PER_MS`] = 2048 / [`EPOCHS`]
+//! a millisecond; bursts, the high-water mark and the crash bounds above count slots
+//! ([`SLOTS_PER_MS`]), and they are unchanged.
 
 use std::fmt;
 
 pub const COUNTER_BITS: u32 = 11;
 
-/// Fences a millisecond of the wall clock, sustained.
-pub const PER_MS: u64 = 1 << COUNTER_BITS;
+/// Fence values a millisecond of the wall clock moves the floor by.
+pub const SLOTS_PER_MS: u64 = 1 << COUNTER_BITS;
+
+/// The low bits of a fence that carry the issuing master's epoch (module comment, "Epochs").
+pub const EPOCH_BITS: u32 = 2;
+
+/// Epochs are told apart modulo this.
+pub const EPOCHS: u64 = 1 << EPOCH_BITS;
+
+/// Fences a millisecond of the wall clock, sustained: each takes [`EPOCHS`] slots.
+pub const PER_MS: u64 = SLOTS_PER_MS / EPOCHS;
 
 /// How many milliseconds' worth of fences a burst may take ahead of the clock.
 pub const BURST_MS: u64 = 8;
 
+/// Fences in a full bucket.
 const CAPACITY: u64 = PER_MS * BURST_MS;
 
 /// Fences within this distance of [`MAX_FENCE`] are not accepted in one key from another
@@ -91,6 +113,8 @@ pub struct FenceIssuer {
     /// No fence before this monotonic millisecond (see the module comment): a burst's length
     /// after the start, by a clock that a step of the wall clock does not move.
     not_before_ms: i64,
+    /// This server's epoch as a master, or the highest epoch it has seen as a replica.
+    epoch: u64,
 }
 
 impl Default for FenceIssuer {
@@ -106,6 +130,7 @@ impl FenceIssuer {
             tokens: CAPACITY,
             refilled_ms: 0,
             not_before_ms: 0,
+            epoch: 0,
         }
     }
 
@@ -118,6 +143,21 @@ impl FenceIssuer {
 
     pub fn high_water(&self) -> u64 {
         self.high_water
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Takes note of an epoch a master reached (its RDB, its `LOCK.HIGHWATER`).
+    pub fn learn_epoch(&mut self, epoch: u64) {
+        self.epoch = self.epoch.max(epoch);
+    }
+
+    /// This server became a master: its fences leave the residue of every epoch it has
+    /// seen, its old master's included.
+    pub fn promoted(&mut self) {
+        self.epoch += 1;
     }
 
     /// Issues a fence for a key whose last fence was `last` (0 for a fresh key), at Unix
@@ -137,7 +177,8 @@ impl FenceIssuer {
         if self.tokens == 0 {
             return Err(FenceError::RateLimited);
         }
-        let fence = (last + 1).max(self.high_water + 1).max(floor(wall_ms));
+        let base = (last + 1).max(self.high_water + 1).max(floor(wall_ms));
+        let fence = in_epoch(base, self.epoch);
         if fence > MAX_FENCE {
             return Err(FenceError::Exhausted);
         }
@@ -154,18 +195,24 @@ impl FenceIssuer {
 
     /// Takes note of a snapshot's high-water mark, saved at Unix millisecond `saved_ms` and
     /// loaded at `now_ms`: whatever this server issued after the save (and lost in a crash)
-    /// is at most a full bucket plus [`PER_MS`] a millisecond above it.
+    /// is at most a full bucket's slots plus [`SLOTS_PER_MS`] a millisecond above it.
     pub fn reload(&mut self, high_water: u64, saved_ms: i64, now_ms: i64) {
         let elapsed = (now_ms.saturating_sub(saved_ms).max(0) as u64).saturating_add(1);
         let bound = high_water
-            .saturating_add(CAPACITY)
-            .saturating_add(elapsed.saturating_mul(PER_MS));
+            .saturating_add(CAPACITY * EPOCHS)
+            .saturating_add(elapsed.saturating_mul(SLOTS_PER_MS));
         self.observe(bound.min(MAX_FENCE));
     }
 }
 
 fn floor(wall_ms: i64) -> u64 {
     (wall_ms.max(0) as u64) << COUNTER_BITS
+}
+
+/// The least value from `base` up whose low bits are `epoch`'s.
+fn in_epoch(base: u64, epoch: u64) -> u64 {
+    let want = epoch % EPOCHS;
+    base + (want + EPOCHS - base % EPOCHS) % EPOCHS
 }
 
 #[cfg(test)]
@@ -210,8 +257,12 @@ mod tests {
     #[test]
     fn a_key_from_elsewhere_continues_above_its_last_fence() {
         let mut f = FenceIssuer::default();
-        let far = floor(T) + 10_000_000;
-        assert_eq!(f.at(far, T), Ok(far + 1));
+        let far = floor(T) + 10_000_000 + 1;
+        let next = f.at(far, T).unwrap();
+        assert!(
+            (far + 1..=far + EPOCHS).contains(&next),
+            "{next} after {far}"
+        );
     }
 
     #[test]
@@ -234,7 +285,7 @@ mod tests {
         assert_eq!(n, CAPACITY);
         assert_eq!(
             last,
-            floor(T + BURST_MS as i64) - 1,
+            floor(T + BURST_MS as i64) - EPOCHS,
             "never more ahead of the clock"
         );
         assert_eq!(f.at(0, T), Err(FenceError::RateLimited));
@@ -298,12 +349,57 @@ mod tests {
     #[test]
     fn no_fence_is_issued_past_two_to_the_53() {
         let mut f = FenceIssuer::default();
-        assert_eq!(f.at(MAX_FENCE - 1, T), Ok(MAX_FENCE));
-        assert_eq!(f.at(MAX_FENCE, T), Err(FenceError::Exhausted));
+        let top = MAX_FENCE - MAX_FENCE % EPOCHS; // the last fence of epoch 0
+        assert_eq!(f.at(top - 1, T), Ok(top));
+        assert_eq!(f.at(top, T), Err(FenceError::Exhausted));
         assert_eq!(f.at(0, T), Err(FenceError::Exhausted), "server-wide");
         let mut g = FenceIssuer::default();
         g.reload(MAX_FENCE - 5, T - 1000, T);
         assert_eq!(g.high_water(), MAX_FENCE);
+    }
+
+    #[test]
+    fn a_fence_carries_its_masters_epoch_in_its_low_bits() {
+        let mut f = FenceIssuer::default();
+        let mut last = 0;
+        for epoch in 0..2 * EPOCHS {
+            for _ in 0..5 {
+                last = f.at(last, T).unwrap();
+                assert_eq!(last % EPOCHS, epoch % EPOCHS);
+            }
+            f.promoted();
+        }
+        assert_eq!(f.epoch(), 2 * EPOCHS);
+    }
+
+    #[test]
+    fn a_promoted_replica_and_its_deposed_master_never_issue_the_same_fence() {
+        // Both saw the same fences, run on the same clock, and issue to the same keys, the
+        // replica once promoted: the case of a master paused past Sentinel's patience.
+        let mut master = FenceIssuer::default();
+        master.learn_epoch(5);
+        let mut replica = master;
+        replica.promoted();
+        // Neither sees the other's fences (split brain): each key goes on from its own last.
+        let (mut a, mut b) = (0, 0);
+        let mut seen = std::collections::HashSet::new();
+        for ms in 0..50 {
+            for _ in 0..100 {
+                a = master.at(a, T + ms).unwrap();
+                b = replica.at(b, T + ms).unwrap();
+                assert!(seen.insert(a) && seen.insert(b), "{a} or {b} twice");
+            }
+        }
+    }
+
+    #[test]
+    fn an_epoch_learned_never_goes_back() {
+        let mut f = FenceIssuer::default();
+        f.learn_epoch(7);
+        f.learn_epoch(3);
+        assert_eq!(f.epoch(), 7);
+        f.promoted();
+        assert_eq!(f.epoch(), 8);
     }
 
     #[test]

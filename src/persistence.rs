@@ -29,7 +29,8 @@ use crate::replication;
 use crate::stats;
 
 /// Bump when the saved layout changes; `rdb_load` refuses versions it does not know.
-pub const LOCK_ENCODING_VERSION: i32 = 3;
+/// Version 4 saves a lock as 3 does; its aux data adds the fence epoch.
+pub const LOCK_ENCODING_VERSION: i32 = 4;
 
 pub static LOCK_TYPE: RedisType = RedisType::new(
     "redislock",
@@ -368,18 +369,29 @@ unsafe extern "C" fn copy2(
 }
 
 /// The fence high-water mark and when it was saved: a server that loads it again knows how
-/// far above it fences issued after the save can be (`FenceIssuer::reload`).
+/// far above it fences issued after the save can be (`FenceIssuer::reload`). Then the fence
+/// epoch, so that a replica's full synchronisation carries its master's (fence.rs, "Epochs").
 unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
-    raw::save_unsigned(rdb, engine::with_fences(|f| f.high_water()));
+    let (high_water, epoch) = engine::with_fences(|f| (f.high_water(), f.epoch()));
+    raw::save_unsigned(rdb, high_water);
     raw::save_signed(rdb, clock::now().wall());
+    raw::save_unsigned(rdb, epoch);
 }
 
 unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
     let loaded = match encver {
         1 => raw::load_unsigned(rdb).map(|hw| engine::with_fences(|f| f.observe(hw))),
-        2 | 3 => raw::load_unsigned(rdb).and_then(|hw| {
+        2..=4 => raw::load_unsigned(rdb).and_then(|hw| {
             let saved_at = raw::load_signed(rdb)?;
-            engine::with_fences(|f| f.reload(hw, saved_at, clock::now().wall()));
+            let epoch = if encver >= 4 {
+                raw::load_unsigned(rdb)?
+            } else {
+                0
+            };
+            engine::with_fences(|f| {
+                f.reload(hw, saved_at, clock::now().wall());
+                f.learn_epoch(epoch);
+            });
             Ok(())
         }),
         _ => return raw::REDISMODULE_ERR as c_int,

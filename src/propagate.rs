@@ -120,22 +120,40 @@ impl Decimal {
     }
 }
 
-/// Propagates `LOCK.HIGHWATER fence saved_ms`.
-pub fn replicate_highwater(ctx: &Context, fence: u64, saved_ms: i64) {
-    let (mut f, mut t) = (Decimal::new(), Decimal::new());
+/// Propagates `LOCK.HIGHWATER fence saved_ms`, with `EPOCH epoch` once this server's epoch
+/// is above 0 (an older module, which knows no epoch, reads the mark alone).
+pub fn replicate_highwater(ctx: &Context, fence: u64, saved_ms: i64, epoch: u64) {
+    let (mut f, mut t, mut e) = (Decimal::new(), Decimal::new(), Decimal::new());
     let fence = f.format(fence, false);
     let saved = t.format(saved_ms.unsigned_abs(), saved_ms < 0);
-    // SAFETY: the format "bb" matches the two pointer-and-length pairs; Redis copies them.
+    let epoch = e.format(epoch, false);
+    let name = c"LOCK.HIGHWATER".as_ptr();
+    // SAFETY: each format matches its pointer-and-length pairs ("b"); Redis copies them.
     unsafe {
-        raw::RedisModule_Replicate.unwrap()(
-            ctx.ctx,
-            c"LOCK.HIGHWATER".as_ptr(),
-            c"bb".as_ptr(),
-            fence.as_ptr().cast::<c_char>(),
-            fence.len(),
-            saved.as_ptr().cast::<c_char>(),
-            saved.len(),
-        );
+        if epoch == b"0" {
+            raw::RedisModule_Replicate.unwrap()(
+                ctx.ctx,
+                name,
+                c"bb".as_ptr(),
+                fence.as_ptr().cast::<c_char>(),
+                fence.len(),
+                saved.as_ptr().cast::<c_char>(),
+                saved.len(),
+            );
+        } else {
+            raw::RedisModule_Replicate.unwrap()(
+                ctx.ctx,
+                name,
+                c"bbcb".as_ptr(),
+                fence.as_ptr().cast::<c_char>(),
+                fence.len(),
+                saved.as_ptr().cast::<c_char>(),
+                saved.len(),
+                c"EPOCH".as_ptr(),
+                epoch.as_ptr().cast::<c_char>(),
+                epoch.len(),
+            );
+        }
     }
 }
 

@@ -196,11 +196,12 @@ impl Engine {
         let mut masters_due = false;
         if self.highwater_due && !replica && !loading && !paused {
             // An AOF rewritten without its RDB preamble keeps no aux data: the next file
-            // starts with the mark, so that released keys' fences stay behind it.
+            // starts with the mark, so that released keys' fences stay behind it. A promoted
+            // master sends it too, with its new epoch.
             self.highwater_due = false;
-            let hw = with_fences(|f| f.high_water());
-            if hw > 0 && replication::stream_is_read() {
-                propagate::replicate_highwater(ctx, hw, now.wall());
+            let (hw, epoch) = with_fences(|f| (f.high_water(), f.epoch()));
+            if (hw > 0 || epoch > 0) && replication::stream_is_read() {
+                propagate::replicate_highwater(ctx, hw, now.wall(), epoch);
             }
         }
         if !loading && !paused {
@@ -350,10 +351,25 @@ pub fn aof_rewrite_started(ctx: &Context) {
     });
 }
 
-/// `LOCK.HIGHWATER`: a mark saved at `saved_ms`, replayed from the AOF or the master.
-pub fn highwater(ctx: &Context, fence: u64, saved_ms: i64) {
-    with_fences(|f| f.reload(fence, saved_ms, clock::now().wall()));
+/// `LOCK.HIGHWATER`: a mark saved at `saved_ms` and the master's epoch, replayed from the
+/// AOF or the master.
+pub fn highwater(ctx: &Context, fence: u64, saved_ms: i64, epoch: u64) {
+    with_fences(|f| {
+        f.reload(fence, saved_ms, clock::now().wall());
+        f.learn_epoch(epoch);
+    });
     ctx.replicate_verbatim();
+}
+
+/// This server became a master: a new epoch for its fences (fence.rs, "Epochs"), and the
+/// mark and the epoch sent at once to whatever replicates from it, so that a replica of a
+/// replica knows the epoch even if this master issues no fence before it fails.
+pub fn promoted(ctx: &Context) {
+    with_fences(|f| f.promoted());
+    with(|e| {
+        e.highwater_due = true;
+        e.timer_soon(ctx);
+    });
 }
 
 /// The cron tick: the backstop for a timer that a wall-clock step delayed, and the arming

@@ -31,7 +31,7 @@ pub mod waiters;
 
 // The adapters' entry points.
 pub use effects::is_replay;
-pub use handoff::{aof_rewrite_started, highwater, on_cron};
+pub use handoff::{aof_rewrite_started, highwater, on_cron, promoted};
 pub use observe::{deliver_observation, is_observer, observe, Observed};
 pub use ops::{acquire, apply, extend, fence, guard, queued_at, release, Acquired};
 pub use server::{

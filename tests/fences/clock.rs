@@ -2,7 +2,7 @@
 //! process's and the server's (`TIME`).
 
 use crate::cmd;
-use crate::{COUNTER_BITS, PER_MS};
+use crate::{COUNTER_BITS, SLOTS_PER_MS};
 use redis::Value;
 
 pub(crate) use crate::common::unix_ms as now_ms;
@@ -15,7 +15,7 @@ pub(crate) fn floor(ms: i64) -> i64 {
 /// How many milliseconds of floor `fence` is ahead of Unix millisecond `ms` (negative when
 /// behind).
 pub(crate) fn lead_ms(fence: i64, ms: i64) -> f64 {
-    (fence - floor(ms)) as f64 / PER_MS as f64
+    (fence - floor(ms)) as f64 / SLOTS_PER_MS as f64
 }
 
 /// The server's clock (`TIME`, which reads `gettimeofday`), in Unix microseconds.

@@ -17,7 +17,7 @@ use crate::cmd;
 use crate::common::*;
 use crate::raw_replies::read_lines;
 use crate::retries::{acquire_ready, fence_ready};
-use crate::{BUCKET, BURST_MS, CLOCK_SLACK_MS, PER_MS, START_GUARD, TRYAGAIN};
+use crate::{BUCKET, BURST_MS, CLOCK_SLACK_MS, SLOTS_PER_MS, START_GUARD, TRYAGAIN};
 use redis::Value;
 
 /// A burst of `LOCK.FENCE` at the highest rate 8 pipelining connections reach, after an RDB
@@ -52,7 +52,7 @@ fn a_burst_at_full_rate_then_sigkill_never_reissues_a_fence() {
         Pipeliner::DEPTH,
         issued as f64 / took.as_secs_f64(),
         acked.max,
-        acked.lead as f64 / PER_MS as f64
+        acked.lead as f64 / SLOTS_PER_MS as f64
     );
     assert!(
         acked.other.is_empty(),
@@ -74,7 +74,7 @@ fn a_burst_at_full_rate_then_sigkill_never_reissues_a_fence() {
     // after the batch's fences, so it reads a clock no earlier than theirs).
     let (fence, at) = acked.lead_at;
     assert!(
-        acked.lead < (BURST_MS + CLOCK_SLACK_MS) * PER_MS,
+        acked.lead < (BURST_MS + CLOCK_SLACK_MS) * SLOTS_PER_MS,
         "fence {fence} was {:.2} ms of floor ahead of the server's clock ({at}) right after \
          it; the bucket allows {BURST_MS}",
         lead_ms(fence, at)
@@ -143,7 +143,7 @@ fn a_burst_at_full_rate_then_sigkill_never_reissues_a_fence() {
     );
     eprintln!(
         "restart with no RDB: the first fence is {:.1} ms of floor above the highest before",
-        (fresh - max) as f64 / PER_MS as f64
+        (fresh - max) as f64 / SLOTS_PER_MS as f64
     );
 }
 
@@ -158,7 +158,7 @@ fn a_burst_at_full_rate_then_sigkill_never_reissues_a_fence() {
 /// server is killed right after its reply (8 ms of floor ahead of the time the script was
 /// judged by, but the script itself takes longer than that); in the others 8 connections
 /// pipeline `LOCK.FENCE` as fast as the server answers, and the server is killed as soon as
-/// a batch gets `TRYAGAIN` (where the server outruns 2,048 fences a millisecond, as here,
+/// a batch gets `TRYAGAIN` (where the server outruns 512 fences a millisecond, as here,
 /// the bucket empties and fences are nearly 8 ms ahead of the real clock at the kill, about
 /// as long as the restart takes without the wait).
 #[test]
@@ -211,7 +211,7 @@ fn right_after_a_restart_no_fence_is_below_one_from_before_the_crash() {
                 },
                 a.max,
                 lead_ms(a.max, killed_at_ms),
-                a.lead as f64 / PER_MS as f64
+                a.lead as f64 / SLOTS_PER_MS as f64
             );
             (a.max, burst)
         };
@@ -231,7 +231,7 @@ fn right_after_a_restart_no_fence_is_below_one_from_before_the_crash() {
                     f > max,
                     "the first fence after the restart is {f}, but {max} was acknowledged \
                      before the crash ({:.2} ms of floor below it)",
-                    (max - f) as f64 / PER_MS as f64
+                    (max - f) as f64 / SLOTS_PER_MS as f64
                 );
                 above = f;
             }

@@ -9,11 +9,11 @@ use crate::cmd;
 use crate::common::*;
 use crate::payloads::{far_fence, held, restore};
 use crate::retries::{acquire_ready, fence_ready};
-use crate::{BUCKET, CLOCK_SLACK_MS, MAX_FENCE, PER_MS, TOP};
+use crate::{BUCKET, CLOCK_SLACK_MS, EPOCHS, MAX_FENCE, SLOTS_PER_MS, TOP};
 use redis::Value;
 
 /// A lock at the top of the range accepted from outside (2^53-1-2^32), saved, then SIGKILL:
-/// the reload raises the high-water mark by a full bucket plus 2,048 for each millisecond
+/// the reload raises the high-water mark by a full bucket's 16,384 slots plus 2,048 for each millisecond
 /// since the save, and the 2^32 left above the top are more than enough for it: fences go on,
 /// on that key and on fresh ones. One above the top is refused.
 #[test]
@@ -58,17 +58,20 @@ fn a_lock_at_the_top_of_the_range_leaves_room_for_the_reload_bound() {
     let loaded_by = server_time_us(&mut c) / 1000;
     assert_eq!(info(&mut c, "top").map(|i| i.fence), Some(TOP));
     let fresh = acquire_ready(&mut c, "fresh", "f", 60_000);
-    // The mark after the load: TOP + BUCKET + PER_MS × (load - save + 1), with the load
-    // and the save somewhere between the two TIMEs (and the module's clock within the slack).
+    // The mark after the load: TOP + the bucket's slots + SLOTS_PER_MS × (load - save + 1),
+    // with the load and the save somewhere between the two TIMEs (and the module's clock
+    // within the slack); the fence is the next one of the server's epoch above it.
     let most_ms = loaded_by - saved_from + 1 + 2 * CLOCK_SLACK_MS;
+    let bucket = BUCKET * EPOCHS;
     assert!(
-        (TOP + BUCKET + PER_MS + 1..=TOP + BUCKET + PER_MS * most_ms + 1).contains(&fresh),
-        "after the reload a fresh key got TOP + {}; the bound is TOP + {BUCKET} + {PER_MS} × \
-         (ms since the save + 1), at most {most_ms} ms",
+        (TOP + bucket + SLOTS_PER_MS + 1..=TOP + bucket + SLOTS_PER_MS * most_ms + EPOCHS)
+            .contains(&fresh),
+        "after the reload a fresh key got TOP + {}; the bound is TOP + {bucket} + \
+         {SLOTS_PER_MS} × (ms since the save + 1), at most {most_ms} ms",
         fresh - TOP
     );
     let next = fence_ready(&mut c, "top", "t");
-    assert_eq!(next, fresh + 1);
+    assert_eq!(next, fresh + EPOCHS);
     assert!(MAX_FENCE - next > 1 << 31, "room left above {next}");
 }
 
@@ -77,7 +80,7 @@ fn a_lock_at_the_top_of_the_range_leaves_room_for_the_reload_bound() {
 /// A lock restored with a fence an hour above the clock floor: the fences after it are above
 /// it on the key, on a fresh key once it is deleted, after `SAVE` and a restart with no lock
 /// left to carry it (the RDB's aux data must), and after `SAVE`, as many more fences as the
-/// bucket gives (a full bucket at once, then 2,048 a millisecond) and a SIGKILL (the reload
+/// bucket gives (a full bucket at once, then 512 a millisecond) and a SIGKILL (the reload
 /// bound must cover them).
 #[test]
 fn fences_far_above_the_floor_stay_behind_every_later_fence() {
@@ -89,11 +92,11 @@ fn fences_far_above_the_floor_stay_behind_every_later_fence() {
     for k in 1..=3 {
         assert_eq!(
             fence(&mut c, "far", "t"),
-            Some(far + k),
+            Some(far + k * EPOCHS),
             "continues above it"
         );
     }
-    let mut max = far + 3;
+    let mut max = far + 3 * EPOCHS;
 
     // (i) The key goes; a fresh key starts above it.
     assert_eq!(cmd!(&mut c, "DEL", "far"), Ok(Value::Int(1)));
@@ -119,7 +122,7 @@ fn fences_far_above_the_floor_stay_behind_every_later_fence() {
         after > max,
         "after SAVE and a restart a fresh key got {after}, but {max} was issued before \
          ({} ms of floor below it)",
-        (max - after) / PER_MS
+        (max - after) / SLOTS_PER_MS
     );
     max = after;
 
@@ -169,7 +172,7 @@ fn a_replica_learns_fences_from_the_master_stream() {
     for _ in 0..5 {
         top = fence(&mut cm, "far", "t").unwrap();
     }
-    assert_eq!(top, far + 5);
+    assert_eq!(top, far + 5 * EPOCHS);
     assert_eq!(release(&mut cm, "far", "t"), 1);
     assert_eq!(cmd!(&mut cm, "WAIT", 1, 5_000), Ok(Value::Int(1)));
     assert!(!exists(&mut cr, "far"));

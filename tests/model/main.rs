@@ -28,7 +28,7 @@
 //! the AOF turned off at run time first) and the model a copy of itself; then one connection,
 //! or two at once, pipelines thousands of `LOCK.FENCE` on one or two held keys (a `TRYAGAIN`
 //! reply is legitimate: the module issues fences from a bucket of 8 ms' worth that it refills
-//! at 2,048 a millisecond), every acknowledged fence checked to increase per key; then
+//! at 512 a millisecond), every acknowledged fence checked to increase per key; then
 //! `kill -9`, and the server starts again from the snapshot with the AOF off, the model from
 //! its copy (waiters are connections: all gone; a lock whose short lease ran out while the
 //! server was down is gone). From then on every fence the server issues, for any key, must

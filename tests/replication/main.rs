@@ -9,6 +9,7 @@
 mod common;
 
 mod failover;
+mod fence_epochs;
 mod propagation;
 mod replica;
 mod shared_holds;

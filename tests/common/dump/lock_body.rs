@@ -175,7 +175,8 @@ impl LockBody {
                     saved_at: r.uint() as i64,
                 }
             }
-            3 => {
+            // Version 4 changed only the aux data (the fence epoch): locks keep 3's layout.
+            3 | 4 => {
                 let saved_at = r.uint() as i64;
                 let mode = r.uint();
                 let last_fence = r.uint();

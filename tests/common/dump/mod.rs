@@ -55,7 +55,7 @@ pub const OP_STRING: u8 = 5;
 /// The low bits of a module type id that hold the encoding version.
 pub const ENCVER_MASK: u64 = 0x3ff;
 /// The encoding version the module writes.
-pub const ENCVER: u64 = 3;
+pub const ENCVER: u64 = 4;
 /// The saved modes of version 3.
 pub const EXCLUSIVE: u64 = 0;
 pub const SHARED: u64 = 1;

@@ -159,7 +159,7 @@ fn edit(rng: &mut StdRng, l: &mut LockBody, kind: u32) {
         }
         // An encoding version this module never wrote, with any layout.
         8 => {
-            let v = [0, 4, 5, 1023, rng.gen_range(4..1024)][rng.gen_range(0..5)];
+            let v = [0, 5, 6, 1023, rng.gen_range(5..1024)][rng.gen_range(0..5)];
             let layout = rng.gen_range(1..=3);
             l.layout = layout_of_version(rng, &l.layout, layout);
             *l = l.clone().with_encver(v);

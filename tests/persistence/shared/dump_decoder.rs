@@ -16,7 +16,7 @@ fn dump_decoder_reads_what_the_module_saves() {
     let f3 = fence(&mut c, "k", "a").unwrap();
     let d = decode_dump(&dump(&mut c, "k"));
     let t1 = unix_ms();
-    assert_eq!(d.encver, 3, "{d:?}");
+    assert_eq!(d.encver, 4, "{d:?}");
     assert!(d.shared && d.last_fence == f3, "{d:?}");
     assert!(d.saved_at >= t0 && d.saved_at <= t1 + 1, "{d:?}");
     assert_eq!(d.holds.len(), 2, "{d:?}");

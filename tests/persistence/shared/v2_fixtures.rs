@@ -231,7 +231,7 @@ fn check_fixture_lock(s: &Server, l: &FixLock, f: &mut Findings) {
     }
     let d = decode_dump(&dump(&mut c, l.key));
     f.check(
-        d.encver == 3
+        d.encver == 4
             && !d.shared
             && d.last_fence == l.fence
             && d.holds.len() == 1
@@ -335,7 +335,7 @@ fn v2_rdb_fixture_loads_with_holders_fences_and_leases() {
     f.check(cmd!(&mut c, "DBSIZE") == Ok(Value::Int(4)), || {
         format!("db 0 size {:?}", cmd!(&mut c, "DBSIZE"))
     });
-    // Written again by this module (encoding version 3) and loaded again: the same.
+    // Written again by this module (encoding version 4, the layout of 3) and loaded again: the same.
     assert_eq!(cmd!(&mut c, "SAVE"), Ok(Value::Okay));
     drop(c);
     s.restart();
