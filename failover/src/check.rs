@@ -117,7 +117,8 @@ impl Report {
         self.kinds().iter().map(|(_, v)| v.count).sum()
     }
 
-    fn kinds(&self) -> [(&'static str, &Violations); 7] {
+    /// Every kind of violation, named.
+    pub fn kinds(&self) -> [(&'static str, &Violations); 7] {
         [
             ("overlapping acknowledged holds", &self.overlaps),
             ("acknowledged grants lost", &self.lost_grants),
@@ -371,7 +372,7 @@ fn writes(history: &History, report: &mut Report) {
 }
 
 mod table;
-pub use table::table;
+pub use table::{render, table};
 
 #[cfg(test)]
 mod tests;

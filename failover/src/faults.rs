@@ -1,16 +1,17 @@
 //! The faults: from `--seed`, one every `--fault-min-ms`..`--fault-max-ms` after a warm-up,
 //! cycling through kill -9 of the master, SIGSTOP of the master, `SENTINEL FAILOVER` and
-//! SIGSTOP of a replica; resuming paused servers and restarting killed ones, and at the end
-//! putting every server back.
+//! SIGSTOP of a replica (`schedule`); resuming paused servers and restarting killed ones, and
+//! at the end putting every server back. The faults stop at `--seconds`, or sooner once every
+//! kind was injected `--faults-per-kind` times (in every mode run in parallel).
 
-use std::collections::BTreeMap;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::history::Node;
+use crate::history::{Nanos, Node};
+use crate::schedule::{Fault, FaultCounts, Together, CYCLE};
 use crate::servers::{connect, Servers, MASTER_NAME};
 use crate::shared::Shared;
 
@@ -20,27 +21,6 @@ const PAUSE: Duration = Duration::from_secs(3);
 /// Faults start after this, once clients run.
 const WARMUP: Duration = Duration::from_secs(3);
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Fault {
-    /// SIGKILL of the master; restarted (empty) as a replica of the new master once
-    /// Sentinel names one.
-    Kill,
-    /// SIGSTOP of the master for 3 s, past down-after-milliseconds: a failover, and an old
-    /// master that comes back still believing it is master.
-    Pause,
-    /// `SENTINEL FAILOVER`: a graceful switch.
-    Failover,
-    /// SIGSTOP of a replica for 3 s: it lags, and may be the one promoted next.
-    PauseReplica,
-}
-
-const CYCLE: [Fault; 4] = [
-    Fault::Kill,
-    Fault::Pause,
-    Fault::Failover,
-    Fault::PauseReplica,
-];
-
 enum Pending {
     Resume(usize),
     Restart(usize, Node, Instant),
@@ -49,33 +29,62 @@ enum Pending {
 pub struct Faults {
     log: Vec<String>,
     /// Faults injected, by kind.
-    pub counts: BTreeMap<&'static str, usize>,
+    pub counts: FaultCounts,
+    /// The fault period, on the history's clock: from the first fault (the end of the
+    /// warm-up) to the moment faults stopped.
+    pub began: Nanos,
+    pub stopped: Nanos,
     pending: Vec<(Instant, Pending)>,
 }
 
 impl Faults {
-    /// Injects faults for `--seconds`, then resumes what is paused and restarts what was
-    /// killed (once Sentinel names another master, or at the latest after 25 s).
-    pub fn run(servers: &mut Servers, shared: &Shared) -> Result<Faults, String> {
+    /// Injects faults for `--seconds`, or until every kind was injected `--faults-per-kind`
+    /// times here and in every other mode of `together` (this one is `slot`), then resumes
+    /// what is paused and restarts what was killed (once Sentinel names another master, or
+    /// at the latest after 25 s).
+    pub fn run(
+        servers: &mut Servers,
+        shared: &Shared,
+        together: &Together,
+        slot: usize,
+    ) -> Result<Faults, String> {
         let args = &shared.args;
         let mut rng = StdRng::seed_from_u64(args.seed);
         let mut faults = Faults {
             log: Vec::new(),
-            counts: BTreeMap::new(),
+            counts: FaultCounts::default(),
+            began: 0,
+            stopped: 0,
             pending: Vec::new(),
         };
         let end = Instant::now() + Duration::from_secs(args.seconds);
         let mut next_fault = Instant::now() + WARMUP;
         let mut cycle = CYCLE.iter().cycle();
+        let per_kind = args.faults_per_kind;
         while Instant::now() < end {
             faults.due(servers, shared, false)?;
+            if per_kind > 0 && faults.counts.reached(per_kind) {
+                together.reach(slot);
+            }
             if Instant::now() >= next_fault {
+                // Stop when the next fault is due, not at once: the last one has its spacing
+                // to play out, as every other had.
+                if per_kind > 0 && together.all_reached() {
+                    break;
+                }
+                if faults.began == 0 {
+                    faults.began = shared.now();
+                }
                 let fault = *cycle.next().expect("the cycle never ends");
                 faults.inject(fault, servers, shared, &mut rng)?;
                 next_fault +=
                     Duration::from_millis(rng.gen_range(args.fault_min_ms..=args.fault_max_ms));
             }
             thread::sleep(Duration::from_millis(20));
+        }
+        faults.stopped = shared.now();
+        if faults.began == 0 {
+            faults.began = faults.stopped;
         }
         faults.note(shared, "faults stopped".into());
         // Resume what is paused; a killed master comes back once Sentinel names another.
@@ -97,7 +106,11 @@ impl Faults {
 
     fn note(&mut self, shared: &Shared, what: String) {
         let line = format!("{:>8.3}s  {what}", shared.now() as f64 / 1e9);
-        println!("{line}");
+        if shared.args.parallel {
+            println!("[{}] {line}", shared.args.mode.name());
+        } else {
+            println!("{line}");
+        }
         self.log.push(line);
     }
 
@@ -110,6 +123,7 @@ impl Faults {
     ) -> Result<(), String> {
         let Some(master) = shared.current_master() else {
             self.note(shared, format!("{fault:?} skipped: no master named"));
+            self.counts.skipped += 1;
             return Ok(());
         };
         let Some(mi) = servers.data_index(master) else {
@@ -120,9 +134,10 @@ impl Faults {
                 shared,
                 format!("{fault:?} skipped: master :{master} is down already"),
             );
+            self.counts.skipped += 1;
             return Ok(());
         }
-        let name = match fault {
+        let refused = match fault {
             Fault::Kill => {
                 servers.data[mi].kill();
                 self.pending.push((
@@ -130,14 +145,14 @@ impl Faults {
                     Pending::Restart(mi, master, Instant::now()),
                 ));
                 self.note(shared, format!("kill -9 master :{master}"));
-                "kill -9 master"
+                false
             }
             Fault::Pause => {
                 servers.data[mi].signal(libc::SIGSTOP);
                 self.pending
                     .push((Instant::now() + PAUSE, Pending::Resume(mi)));
                 self.note(shared, format!("SIGSTOP master :{master} for {PAUSE:?}"));
-                "SIGSTOP master 3 s"
+                false
             }
             Fault::Failover => {
                 let s = servers.sentinels[rng.gen_range(0..servers.sentinels.len())].port;
@@ -151,11 +166,7 @@ impl Faults {
                     shared,
                     format!("SENTINEL FAILOVER via :{s} (master :{master}): {reply:?}"),
                 );
-                if reply.is_err() {
-                    "SENTINEL FAILOVER (refused)"
-                } else {
-                    "SENTINEL FAILOVER"
-                }
+                reply.is_err()
             }
             Fault::PauseReplica => {
                 let up: Vec<usize> = (0..servers.data.len())
@@ -165,6 +176,7 @@ impl Faults {
                     .collect();
                 if up.is_empty() {
                     self.note(shared, "SIGSTOP replica skipped: none up".into());
+                    self.counts.skipped += 1;
                     return Ok(());
                 }
                 let ri = up[rng.gen_range(0..up.len())];
@@ -173,10 +185,10 @@ impl Faults {
                     .push((Instant::now() + PAUSE, Pending::Resume(ri)));
                 let port = servers.data[ri].port;
                 self.note(shared, format!("SIGSTOP replica :{port} for {PAUSE:?}"));
-                "SIGSTOP replica 3 s"
+                false
             }
         };
-        *self.counts.entry(name).or_default() += 1;
+        self.counts.record(fault, refused);
         Ok(())
     }
 

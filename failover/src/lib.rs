@@ -2,7 +2,10 @@
 //! pure, so that every rule of the checker is unit tested against planted histories without
 //! a server; the rest is the harness that `src/bin/failover.rs` wires together:
 //!
-//! - `args`: the flags; `mode`: what a mode changes in servers and locks;
+//! - `mode`: what a mode changes in servers and locks; `schedule`: the kinds of fault, their
+//!   count, and modes run in parallel kept together; `summary`: a mode's result as the
+//!   table shows it, the table of every mode, and `--require-safe`'s decision (all pure);
+//! - `args`: the flags;
 //! - `servers`: the redis-server and Sentinel processes; `sentinel`: asking Sentinel which
 //!   master it names, and the master of record;
 //! - `shared`: the state every thread of a run shares;
@@ -16,6 +19,10 @@ pub mod history;
 pub mod check;
 
 pub mod mode;
+
+pub mod schedule;
+
+pub mod summary;
 
 pub mod args;
 

@@ -1,5 +1,6 @@
 //! How the clients take their locks and what the servers run with: the one place where a
-//! mode (durable grants, module settings, `min-replicas-to-write`) changes the run.
+//! mode (durable grants, module settings, `min-replicas-to-write`, the module's load-time
+//! arguments) changes the run.
 
 use std::time::Duration;
 
@@ -37,15 +38,25 @@ pub enum Mode {
     /// Measured: 0 in two 60 s runs at 62-64% of plain's grants, then 431 lost acknowledged
     /// guarded writes in a 180 s run (a double failover): not a safe deployment.
     MinReplicas1,
+    /// The recommended deployment: `minreplicas1`'s servers and client (`min-replicas-to-write
+    /// 1`, `min-replicas-max-lag 1`, `WAIT 1 500` after each grant and guarded write), and the
+    /// module loaded with `replica-loss-pause-ms 3000`: a master that loses a replica runs
+    /// `CLIENT PAUSE 3000 WRITE`, so that a master whose replica may just have been promoted
+    /// acknowledges no write until Sentinel has reconfigured its other replicas. That closes
+    /// what `minreplicas1` cannot: a deposed master confirmed by a replica Sentinel has not yet
+    /// moved, and a promotion of the replica that did not confirm. `make failover-ci` requires
+    /// it to show 0 violations at half of plain's grants or more (`--require-safe`).
+    Recommended,
 }
 
 impl Mode {
     /// Every mode, in the order `--mode all` runs them.
-    pub const ALL: [Mode; 4] = [
+    pub const ALL: [Mode; 5] = [
         Mode::Plain,
         Mode::Durable1,
         Mode::Settings,
         Mode::MinReplicas1,
+        Mode::Recommended,
     ];
 
     pub fn parse(s: &str) -> Result<Mode, String> {
@@ -58,12 +69,32 @@ impl Mode {
             })
     }
 
+    /// `--mode`'s value: a comma-separated list of modes, where `all` stands for every mode
+    /// (in `ALL`'s order); each mode once, in the order first named.
+    pub fn parse_list(s: &str) -> Result<Vec<Mode>, String> {
+        let mut modes = Vec::new();
+        for name in s.split(',').map(str::trim) {
+            let named = if name == "all" {
+                Mode::ALL.to_vec()
+            } else {
+                vec![Mode::parse(name)?]
+            };
+            for m in named {
+                if !modes.contains(&m) {
+                    modes.push(m);
+                }
+            }
+        }
+        Ok(modes)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Mode::Plain => "plain",
             Mode::Durable1 => "durable1",
             Mode::Settings => "settings",
             Mode::MinReplicas1 => "minreplicas1",
+            Mode::Recommended => "recommended",
         }
     }
 
@@ -71,7 +102,7 @@ impl Mode {
     pub fn server_args(self) -> Vec<String> {
         match self {
             Mode::Plain | Mode::Durable1 => Vec::new(),
-            Mode::Settings | Mode::MinReplicas1 => [
+            Mode::Settings | Mode::MinReplicas1 | Mode::Recommended => [
                 "--min-replicas-to-write",
                 "1",
                 "--min-replicas-max-lag",
@@ -83,11 +114,22 @@ impl Mode {
         }
     }
 
+    /// The module's load-time arguments (after `--loadmodule <path>`), as `name value` pairs.
+    pub fn module_args(self) -> Vec<String> {
+        match self {
+            Mode::Plain | Mode::Durable1 | Mode::Settings | Mode::MinReplicas1 => Vec::new(),
+            Mode::Recommended => ["replica-loss-pause-ms", "3000"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+        }
+    }
+
     /// The replicas a grant and a guarded write must reach (`WAIT n timeout`), if any.
     pub fn durable(self) -> Option<(u32, Duration)> {
         match self {
             Mode::Plain => None,
-            Mode::Durable1 | Mode::MinReplicas1 => Some((1, WAIT_TIMEOUT)),
+            Mode::Durable1 | Mode::MinReplicas1 | Mode::Recommended => Some((1, WAIT_TIMEOUT)),
             Mode::Settings => Some((2, WAIT_TIMEOUT)),
         }
     }
@@ -111,5 +153,46 @@ mod tests {
             assert_eq!(Mode::parse(m.name()), Ok(m));
         }
         assert!(Mode::parse("durable").is_err());
+    }
+
+    #[test]
+    fn a_mode_list_is_split_on_commas_with_all_expanded_and_no_repeats() {
+        assert_eq!(Mode::parse_list("plain"), Ok(vec![Mode::Plain]));
+        assert_eq!(
+            Mode::parse_list("plain,recommended"),
+            Ok(vec![Mode::Plain, Mode::Recommended])
+        );
+        assert_eq!(
+            Mode::parse_list("recommended, plain,recommended"),
+            Ok(vec![Mode::Recommended, Mode::Plain])
+        );
+        assert_eq!(Mode::parse_list("all"), Ok(Mode::ALL.to_vec()));
+        let mut tail_first = vec![Mode::Recommended];
+        tail_first.extend(&Mode::ALL[..4]);
+        assert_eq!(Mode::parse_list("recommended,all"), Ok(tail_first));
+        assert!(Mode::parse_list("plain,").is_err());
+        assert!(Mode::parse_list("plain,durable").is_err());
+        assert!(Mode::parse_list("").is_err());
+    }
+
+    #[test]
+    fn recommended_is_minreplicas1_with_the_module_pausing_on_replica_loss() {
+        assert_eq!(
+            Mode::Recommended.server_args(),
+            Mode::MinReplicas1.server_args()
+        );
+        assert_eq!(Mode::Recommended.durable(), Mode::MinReplicas1.durable());
+        assert_eq!(
+            Mode::Recommended.module_args(),
+            ["replica-loss-pause-ms", "3000"]
+        );
+        for m in [
+            Mode::Plain,
+            Mode::Durable1,
+            Mode::Settings,
+            Mode::MinReplicas1,
+        ] {
+            assert!(m.module_args().is_empty());
+        }
     }
 }

@@ -1,5 +1,5 @@
 //! The end of a run: one settled master, the final read of every key's log from it, the
-//! history checked and written to the run's directory, and the table.
+//! history checked and written to the run's directory, and the mode's table.
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -7,12 +7,13 @@ use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::check::{check, Report};
+use crate::check::check;
 use crate::faults::Faults;
 use crate::history::{History, Nanos, Node, Outcome};
 use crate::mode::Mode;
 use crate::sentinel::{settled_master, wait_until};
 use crate::servers::connect;
+use crate::summary::{table, Summary};
 use crate::workload::{lock_key, log_key};
 
 /// How long the end waits for one master that every Sentinel names and both replicas follow.
@@ -51,8 +52,9 @@ pub fn read_final_logs(master: Node, keys: u32, history: &mut History) -> Result
     Ok(())
 }
 
-/// Checks the history, writes it to `base`, and prints the faults and the table; an error
-/// when master faults brought no failover.
+/// Checks the history, writes it to `base`, and prints the faults and the mode's table (in
+/// one piece, so that modes run in parallel do not interleave it); an error when master
+/// faults brought no failover.
 pub fn check_and_print(
     history: &History,
     faults: &Faults,
@@ -61,16 +63,11 @@ pub fn check_and_print(
     clients_done: Nanos,
     mode: Mode,
     began: Instant,
-) -> Result<Report, String> {
+) -> Result<Summary, String> {
     let report = check(history);
     // A master killed or paused past down-after-milliseconds and no failover seen: the
     // Sentinels did not work, and the run measured nothing.
-    let master_faults = faults.counts.get("kill -9 master").copied().unwrap_or(0)
-        + faults
-            .counts
-            .get("SIGSTOP master 3 s")
-            .copied()
-            .unwrap_or(0);
+    let master_faults = faults.counts.master_faults();
     if master_faults > 0 && report.failovers == 0 {
         return Err(format!(
             "{master_faults} master faults and no failover: see the Sentinel logs in {}",
@@ -78,31 +75,29 @@ pub fn check_and_print(
         ));
     }
     write_history(&base.join("history.tsv"), history).map_err(|e| format!("history: {e}"))?;
-    println!();
-    println!(
-        "faults: {}",
-        faults
-            .counts
-            .iter()
-            .map(|(k, v)| format!("{k} ×{v}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    println!(
-        "clients ran {:.1} s; final logs read from :{master}; history in {}",
+    let summary = Summary::new(history, report, faults.counts, faults.began, faults.stopped);
+    let mut out = String::new();
+    let _ = writeln!(out, "\nmode {}:", mode.name());
+    let _ = writeln!(
+        out,
+        "clients ran {:.1} s, faults from {:.1} s to {:.1} s; final logs read from :{master}; \
+         history in {}\n",
         clients_done as f64 / 1e9,
+        faults.began as f64 / 1e9,
+        faults.stopped as f64 / 1e9,
         base.join("history.tsv").display()
     );
-    println!();
-    print!("{}", report.table(mode.name()));
-    println!();
-    println!(
-        "violations in mode {}: {} (measured, not a failure); run took {:.1} s",
+    out += &table(&[(mode, &summary)]);
+    out += &summary.report.details();
+    let _ = writeln!(
+        out,
+        "\nviolations in mode {}: {}; run took {:.1} s",
         mode.name(),
-        report.violations(),
+        summary.report.violations(),
         began.elapsed().as_secs_f64()
     );
-    Ok(report)
+    print!("{out}");
+    Ok(summary)
 }
 
 /// The history as tab-separated lines, for a second look and for later phases' tools.

@@ -3,11 +3,14 @@
 //! signalling and killing them (every one by PID when `Servers` is dropped), and connecting
 //! to one.
 
+use std::collections::HashSet;
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::sync::{Mutex, PoisonError};
+use std::thread;
+use std::time::{Duration, Instant};
 
 use crate::args::Args;
 use crate::history::Node;
@@ -84,7 +87,9 @@ fn spawn(args: &[String], dir: &Path) -> Result<Child, String> {
         .stdout(log.try_clone().map_err(|e| e.to_string())?)
         .stderr(log);
     // SAFETY: prctl(2) is async-signal-safe, and the closure touches no memory of the parent.
-    // The death signal is tied to the spawning thread: only the main thread spawns.
+    // The death signal is tied to the spawning thread, not the process: only the thread that
+    // runs a mode (`run` in src/bin/failover.rs) spawns that mode's servers, and it drops
+    // (kills) them before it ends.
     unsafe {
         cmd.pre_exec(|| {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
@@ -94,17 +99,25 @@ fn spawn(args: &[String], dir: &Path) -> Result<Child, String> {
     cmd.spawn().map_err(|e| format!("redis-server: {e}"))
 }
 
-fn free_ports(n: usize, seed: u64) -> Result<Vec<Node>, String> {
-    // Start somewhere that depends on the PID, so that two runs on one machine rarely race
-    // for the same ports; a port that binds now is taken at once by its server.
+/// Ports handed out in this process: modes run in parallel never share one, even when a
+/// server is down (killed, not yet restarted) and its port would bind.
+static TAKEN: Mutex<Option<HashSet<Node>>> = Mutex::new(None);
+
+fn free_ports(n: usize, seed: u64, slot: usize) -> Result<Vec<Node>, String> {
+    // Start somewhere that depends on the PID and the mode's slot, so that two runs on one
+    // machine rarely race for the same ports; a port that binds now is taken at once by its
+    // server.
     let span = u64::from(PORTS.end - PORTS.start);
-    let first = (u64::from(std::process::id()) * 7919 + seed) % span;
+    let first = (u64::from(std::process::id()) * 7919 + seed + slot as u64 * 613) % span;
+    let mut taken = TAKEN.lock().unwrap_or_else(PoisonError::into_inner);
+    let taken = taken.get_or_insert_with(HashSet::new);
     let mut ports = Vec::new();
     for at in first..first + span {
         let port = PORTS.start + (at % span) as u16;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        if !taken.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
             ports.push(port);
             if ports.len() == n {
+                taken.extend(&ports);
                 return Ok(ports);
             }
         }
@@ -138,6 +151,8 @@ impl Servers {
         .iter()
         .map(|s| s.to_string())
         .collect();
+        // The module's load-time arguments follow its path (`loadmodule <path> name value`).
+        args.extend(self.mode.module_args());
         if let Some(master) = replica_of {
             args.extend(["--replicaof".into(), "127.0.0.1".into(), master.to_string()]);
         }
@@ -153,8 +168,9 @@ impl Servers {
         Ok(())
     }
 
-    pub fn start(base: &Path, args: &Args) -> Result<Servers, String> {
-        let ports = free_ports(6, args.seed)?;
+    /// Starts the servers of `args.mode`, on ports no other mode (`slot`) of this run has.
+    pub fn start(base: &Path, args: &Args, slot: usize) -> Result<Servers, String> {
+        let ports = free_ports(6, args.seed, slot)?;
         let proc_at = |port: Node, name: String| -> Result<Proc, String> {
             let dir = base.join(name);
             std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -199,6 +215,58 @@ impl Servers {
             });
         }
         Ok(s)
+    }
+
+    /// An error if a data server exited within `within` of now (a module that refused its
+    /// arguments, say), with the end of its log; Ok once they all ran that long.
+    pub fn check_started(&mut self, within: Duration) -> Result<(), String> {
+        let until = Instant::now() + within;
+        loop {
+            for p in &mut self.data {
+                let exited = p.child.as_mut().and_then(|c| c.try_wait().ok().flatten());
+                if let Some(status) = exited {
+                    p.child = None;
+                    let log = std::fs::read_to_string(p.dir.join("redis.log")).unwrap_or_default();
+                    let tail: Vec<&str> = log.lines().rev().take(3).collect();
+                    return Err(format!(
+                        "redis-server :{} exited ({status}) at start: {}",
+                        p.port,
+                        tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
+                    ));
+                }
+            }
+            if Instant::now() >= until {
+                return Ok(());
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// An error unless every data server runs with the mode's module arguments: the module
+    /// takes each as its `lock.<name>` configuration and ignores a name it does not know, so
+    /// `CONFIG GET lock.<name>` must give the value (a mode must not run as another in
+    /// disguise, with a module that lacks its setting).
+    pub fn check_module_args(&self) -> Result<(), String> {
+        let module_args = self.mode.module_args();
+        for p in &self.data {
+            let mut conn = connect(p.port, Duration::from_secs(2)).map_err(|e| e.to_string())?;
+            for pair in module_args.chunks(2) {
+                let (name, value) = (&pair[0], pair.get(1).cloned().unwrap_or_default());
+                let got: Vec<String> = redis::cmd("CONFIG")
+                    .arg("GET")
+                    .arg(format!("lock.{name}"))
+                    .query(&mut conn)
+                    .map_err(|e| format!(":{} CONFIG GET lock.{name}: {e}", p.port))?;
+                if got.get(1) != Some(&value) {
+                    return Err(format!(
+                        "the module at :{} did not take `{name} {value}` (CONFIG GET lock.{name}: \
+                         {got:?}): a module without that setting?",
+                        p.port
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     pub fn data_index(&self, port: Node) -> Option<usize> {

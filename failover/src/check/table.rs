@@ -6,7 +6,15 @@ use super::Report;
 
 /// The table with a column per `(mode, report)`, rows named once on the left.
 pub fn table(columns: &[(&str, &Report)]) -> String {
-    let cells: Vec<Vec<(String, String)>> = columns.iter().map(|(_, r)| r.rows()).collect();
+    let cells: Vec<(&str, Vec<(String, String)>)> =
+        columns.iter().map(|(m, r)| (*m, r.rows())).collect();
+    render(&cells)
+}
+
+/// A table with a column per `(name, rows)`, every column with the same rows, in the same
+/// order; the rows' names are taken from the first column.
+pub fn render(columns: &[(&str, Vec<(String, String)>)]) -> String {
+    let cells: Vec<&Vec<(String, String)>> = columns.iter().map(|(_, c)| c).collect();
     let names: Vec<&String> = cells
         .first()
         .map_or(Vec::new(), |c| c.iter().map(|(n, _)| n).collect());
