@@ -60,6 +60,10 @@ const ALLOCATOR: Allocator = std::alloc::System;
 
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     panic_log::install();
+    if let Err(e) = config::check_replica_loss_pause(config::replica_loss_pause_ms()) {
+        ctx.log_warning(&e);
+        return Status::Err;
+    }
     // HANDLE_IO_ERRORS: a corrupt RESTORE payload must be an error reply, not a crash.
     // NO_IMPLICIT_SIGNAL_MODIFIED: a command that changes nothing must not abort a WATCH.
     ctx.set_module_options(
@@ -98,6 +102,7 @@ redis_module! {
     configurations: [
         i64: [
             ["max-ttl", &config::MAX_TTL, config::DEFAULT_MAX_TTL, 1, config::MAX_TTL_LIMIT, ConfigurationFlags::DEFAULT, None],
+            ["replica-loss-pause-ms", &config::REPLICA_LOSS_PAUSE_MS, config::DEFAULT_REPLICA_LOSS_PAUSE_MS, 0, config::REPLICA_LOSS_PAUSE_LIMIT, ConfigurationFlags::DEFAULT, None],
         ],
         string: [],
         bool: [],

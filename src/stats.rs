@@ -51,6 +51,9 @@ pub static GUARDED_RUNS: Counter = Counter::new();
 /// `LOCK.GUARD` calls refused with `FENCED`.
 pub static GUARDED_REFUSALS: Counter = Counter::new();
 
+/// Write pauses this master made when a replica disconnected (`lock.replica-loss-pause-ms`).
+pub static REPLICA_LOSS_PAUSES: Counter = Counter::new();
+
 /// Lock values created (by acquire, load, restore, copy: on the main thread), and freed
 /// with their key, on the main thread or on one of the server's own.
 static LOCKS_CREATED: Counter = Counter::new();
