@@ -30,16 +30,43 @@ pub fn replica_loss_pause_ms() -> i64 {
     REPLICA_LOSS_PAUSE_MS.load(Ordering::Relaxed)
 }
 
-/// The load-time argument is not range-checked by the server (the crate hands it over as
-/// the setting's default), so `init` refuses a value outside the range `CONFIG SET` allows.
-pub fn check_replica_loss_pause(ms: i64) -> Result<(), String> {
-    if (0..=REPLICA_LOSS_PAUSE_LIMIT).contains(&ms) {
-        Ok(())
-    } else {
-        Err(format!(
-            "replica-loss-pause-ms must be between 0 and {REPLICA_LOSS_PAUSE_LIMIT}, not {ms}"
-        ))
+/// Every setting a load-time argument may name, with its range (as `CONFIG SET` checks it).
+const SETTINGS: [(&str, std::ops::RangeInclusive<i64>); 2] = [
+    ("max-ttl", 1..=MAX_TTL_LIMIT),
+    ("replica-loss-pause-ms", 0..=REPLICA_LOSS_PAUSE_LIMIT),
+];
+
+/// Load-time arguments are not checked by the server: the crate hands each over as its
+/// setting's default, and ignores a name it does not know. So `init` refuses, with the
+/// reason, a name that is no setting (a typo would leave the setting at its default), a
+/// name without a value, and a value outside the range `CONFIG SET` allows.
+pub fn check_load_args(args: &[&[u8]]) -> Result<(), String> {
+    for pair in args.chunks(2) {
+        let name = String::from_utf8_lossy(pair[0]);
+        let Some((_, range)) = SETTINGS.iter().find(|(n, _)| name.eq_ignore_ascii_case(n)) else {
+            let known: Vec<&str> = SETTINGS.iter().map(|(n, _)| *n).collect();
+            return Err(format!(
+                "unknown argument {name:?} (arguments are settings and their values: {})",
+                known.join(", ")
+            ));
+        };
+        let Some(value) = pair.get(1) else {
+            return Err(format!("{name} needs a value"));
+        };
+        let in_range = std::str::from_utf8(value)
+            .ok()
+            .and_then(|v| v.parse::<i64>().ok())
+            .is_some_and(|v| range.contains(&v));
+        if !in_range {
+            return Err(format!(
+                "{name} must be between {} and {}, not {:?}",
+                range.start(),
+                range.end(),
+                String::from_utf8_lossy(value)
+            ));
+        }
     }
+    Ok(())
 }
 
 /// How long to pause writes, if at all, when a replica that was online disconnects. A master
@@ -63,13 +90,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_load_time_value_is_range_checked() {
-        for ok in [0, 1, 1_500, 60_000] {
-            assert_eq!(check_replica_loss_pause(ok), Ok(()));
+    fn load_time_arguments_are_known_settings_with_values_in_range() {
+        let ok: [&[&[u8]]; 4] = [
+            &[],
+            &[b"max-ttl", b"60000"],
+            &[b"replica-loss-pause-ms", b"0", b"MAX-TTL", b"1"],
+            &[b"replica-loss-pause-ms", b"60000"],
+        ];
+        for args in ok {
+            assert_eq!(check_load_args(args), Ok(()), "{args:?}");
         }
-        for bad in [-1, 60_001, i64::MIN, i64::MAX] {
-            let e = check_replica_loss_pause(bad).unwrap_err();
-            assert!(e.contains("between 0 and 60000"), "{e}");
+        let bad: [(&[&[u8]], &str); 7] = [
+            (
+                &[b"replica-loss-pause-ms", b"-1"],
+                "between 0 and 60000, not \"-1\"",
+            ),
+            (&[b"replica-loss-pause-ms", b"60001"], "between 0 and 60000"),
+            (
+                &[b"max-ttl", b"0"],
+                "max-ttl must be between 1 and 315360000000",
+            ),
+            (&[b"max-ttl", b"1e3"], "not \"1e3\""),
+            (&[b"max-ttl"], "max-ttl needs a value"),
+            (
+                &[b"replica-loss-pause", b"3000"],
+                "unknown argument \"replica-loss-pause\"",
+            ),
+            (&[b"max-ttl", b"5", b"5"], "unknown argument \"5\""),
+        ];
+        for (args, want) in bad {
+            let e = check_load_args(args).unwrap_err();
+            assert!(e.contains(want), "{args:?}: {e}");
         }
     }
 
@@ -88,7 +139,8 @@ mod tests {
             replica_loss_pause(REPLICA_LOSS_PAUSE_LIMIT, true),
             Some(60_000)
         );
-        // init refuses a load-time value out of range; the decision stays in range anyway.
+        // init refuses a load-time value out of range (check_load_args); the decision stays
+        // in range anyway.
         assert_eq!(replica_loss_pause(i64::MAX, true), Some(60_000));
     }
 

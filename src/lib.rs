@@ -58,10 +58,12 @@ type Allocator = std::alloc::System;
 #[cfg(test)]
 const ALLOCATOR: Allocator = std::alloc::System;
 
-fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+fn init(ctx: &Context, args: &[RedisString]) -> Status {
     panic_log::install();
-    if let Err(e) = config::check_replica_loss_pause(config::replica_loss_pause_ms()) {
-        ctx.log_warning(&e);
+    let args: Vec<&[u8]> = args.iter().map(RedisString::as_slice).collect();
+    if let Err(e) = config::check_load_args(&args) {
+        // The crate hands the message to the log as its format string: no `%` from a user.
+        ctx.log_warning(&format!("lock: {e}").replace(['%', '\0'], "?"));
         return Status::Err;
     }
     // HANDLE_IO_ERRORS: a corrupt RESTORE payload must be an error reply, not a crash.

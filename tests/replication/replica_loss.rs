@@ -251,23 +251,37 @@ fn an_operators_longer_pause_is_not_shortened() {
     }
 }
 
-/// A load-time value out of range stops the module from loading (the server does not check
-/// a module argument's range itself), and with it the server.
+/// A load-time value out of range, or an argument that names no setting, stops the module
+/// from loading (the server checks neither for a module), and with it the server.
 #[test]
-fn a_load_time_value_out_of_range_is_refused() {
+fn a_load_time_value_out_of_range_or_an_unknown_argument_is_refused() {
     use std::process::{Command, Stdio};
-    for bad in ["60001", "-1"] {
+    let cases = [
+        (
+            "replica-loss-pause-ms",
+            "60001",
+            "replica-loss-pause-ms must be between 0 and 60000",
+        ),
+        (
+            "replica-loss-pause-ms",
+            "-1",
+            "replica-loss-pause-ms must be between 0 and 60000",
+        ),
+        ("max-ttl", "0", "max-ttl must be between 1 and 315360000000"),
+        (
+            "replica-loss-pause",
+            "3000",
+            "unknown argument \"replica-loss-pause\"",
+        ),
+        // Not a number: the crate refuses it before init sees it, with its own words.
+        ("max-ttl", "%s%n", "invalid digit found in string"),
+    ];
+    for (i, (name, bad, reason)) in cases.into_iter().enumerate() {
         // No TCP port: a Unix socket of its own, so that it needs no free port.
-        let socket = std::env::temp_dir().join(format!(
-            "redis-lock-loss-{}-{}.sock",
-            std::process::id(),
-            bad
-        ));
-        let log = std::env::temp_dir().join(format!(
-            "redis-lock-loss-{}-{}.log",
-            std::process::id(),
-            bad
-        ));
+        let socket =
+            std::env::temp_dir().join(format!("redis-lock-loss-{}-{i}.sock", std::process::id(),));
+        let log =
+            std::env::temp_dir().join(format!("redis-lock-loss-{}-{i}.log", std::process::id(),));
         let mut child = Command::new(redis_server_bin())
             .args(["--port", "0", "--save", "", "--unixsocket"])
             .arg(&socket)
@@ -275,7 +289,7 @@ fn a_load_time_value_out_of_range_is_refused() {
             .arg(&log)
             .arg("--loadmodule")
             .arg(module_path())
-            .args(["replica-loss-pause-ms", bad])
+            .args([name, bad])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -291,10 +305,10 @@ fn a_load_time_value_out_of_range_is_refused() {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         let _ = std::fs::remove_file(&log);
         let _ = std::fs::remove_file(&socket);
-        assert!(exited, "the server started with {bad}:\n{text}");
+        assert!(exited, "the server started with {name} {bad}:\n{text}");
         assert!(
-            text.contains("replica-loss-pause-ms must be between 0 and 60000"),
-            "no reason given for {bad}:\n{text}"
+            text.contains(reason),
+            "no reason given for {name} {bad}:\n{text}"
         );
     }
 }
