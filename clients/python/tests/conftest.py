@@ -44,11 +44,12 @@ def key(request):
 
 @pytest.fixture(scope="module")
 def replicated(tmp_path_factory):
-    """A master with one replica, both with the module."""
+    """A master with one replica, both with the module; the replica is ``master.replica``
+    (a test that pauses it resumes it)."""
     base = tmp_path_factory.mktemp("replicated")
     # No 5 s pause before the first (diskless) full sync.
     master = Server(base / "master", "--repl-diskless-sync-delay", "0").start()
-    replica = replica_of(master, base / "replica")
+    replica = master.replica = replica_of(master, base / "replica")
     yield master
     replica.kill()
     master.kill()

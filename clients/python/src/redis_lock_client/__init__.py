@@ -6,6 +6,7 @@ a lock key. See README.md beside this package and the project's docs/commands.md
 
 from ._common import (
     Fenced,
+    GuardNotDurable,
     Holder,
     Leader,
     LockError,
@@ -26,6 +27,7 @@ __all__ = [
     "LockError",
     "NotAcquired",
     "NotDurable",
+    "GuardNotDurable",
     "LockLost",
     "Fenced",
     "LockInfo",

@@ -14,6 +14,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 from . import _common as c
+from . import _durable
 from ._async_conn import AsyncHoldConnection, NoReply
 from ._sync import ABANDONED, HELD, LOST, RELEASED
 from ._sync import _Kind as _SyncKind
@@ -51,14 +52,7 @@ class _Kind(_SyncKind):
                 raise c.NotAcquired(c.not_granted(self.name, wait_ms))
             fence = int(reply)
             if self.durable:
-                within = self.durable_ms / 1000 + 2
-                acked = await hc.call("WAIT", self.durable, self.durable_ms, within=within)
-                if acked < self.durable:
-                    raise c.NotDurable(
-                        f"{self.name!r}: {acked} of {self.durable} replicas acknowledged the "
-                        f"grant within {self.durable_ms} ms; released",
-                        acked,
-                    )
+                await self._confirm_durable(hc, token)
             lease = c.Lease(self.ttl, self.extend_every, sent)
             if c.monotonic() >= lease.next_extend:
                 # A grant after a wait: restart its lease from a send time we know.
@@ -69,6 +63,8 @@ class _Kind(_SyncKind):
                 if extended != 1:
                     raise c.NotAcquired(f"{self.name!r}: granted, but the lease ended first")
                 lease.sent = resent
+                if self.durable:
+                    await self._confirm_durable(hc, token)  # that extend too
             return Hold(self, hc, token, fence, lease, on_lost or self.on_lost)
         except BaseException:
             # Close first (an undelivered grant goes to the next waiter), then release (a
@@ -79,6 +75,16 @@ class _Kind(_SyncKind):
             except BaseException:
                 pass
             raise
+
+    async def _confirm_durable(self, hc, token):
+        within = c.durable_within(self.durable_ms)
+        acked = await hc.call("WAIT", self.durable, self.durable_ms, within=within)
+        if acked < self.durable:
+            raise c.NotDurable(
+                c.unconfirmed("grant released", self.name, acked, self.durable, self.durable_ms),
+                acked,
+                self.durable,
+            )
 
     async def _abandon(self, hc, token, maybe_granted):
         await hc.close()
@@ -203,6 +209,7 @@ class _Core:
         self.client, self.name, self.token, self.fence = kind.client, kind.name, token, fence
         self.extend_every, self.auto = kind.extend_every, kind.auto_extend
         self.hc, self.lease = hc, lease
+        self.durable, self.durable_ms = kind.durable, kind.durable_ms  # see _durable.py
         self.on_lost, self.hold_ref = on_lost, weakref.ref(hold)
         self.state = HELD
         self.lost = asyncio.Event()
@@ -311,6 +318,10 @@ class _Core:
             return e
         if reply != 1:
             return c.LockLost("LOCK.EXTEND answered 0: the hold is gone")
+        if self.durable:  # unconfirmed by replicas: a failed extend (_durable.py)
+            reason = await _durable.confirm_extend_async(self, self.lease.report_by)
+            if reason is not None:
+                return reason
         self.lease = lease
         lease.sent = sent
         self.wake.set()
@@ -343,6 +354,8 @@ class _Core:
 
     async def guard(self, command, options):
         try:
+            if self.durable:  # LOCK.GUARD and WAIT on one connection
+                return await _durable.guard_async(self, command, options)
             return await self.client.execute_command(
                 "LOCK.GUARD", self.name, self.fence, *command, **self.route, **options
             )

@@ -76,7 +76,9 @@ class AsyncHoldConnection:
             conn = idle.pop()
             try:
                 # Readable while idle: closed by the server (EOF), or out of step.
-                if not await conn.can_read_destructive():
+                # can_read() in redis-py 8 (can_read_destructive is deprecated), not in 5.
+                can_read = getattr(conn, "can_read", None) or conn.can_read_destructive
+                if not await can_read():
                     hc._conn = conn
                     return hc
             except Exception:

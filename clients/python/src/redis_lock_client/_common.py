@@ -20,6 +20,7 @@ __all__ = [
     "LockError",
     "NotAcquired",
     "NotDurable",
+    "GuardNotDurable",
     "LockLost",
     "Fenced",
     "LockInfo",
@@ -48,9 +49,26 @@ class NotDurable(NotAcquired):
     """Granted, but fewer than ``durable`` replicas acknowledged the grant in time: the
     grant was released again and is reported as not acquired."""
 
-    def __init__(self, message: str, acked: int):
+    def __init__(self, message: str, acked: int, required: Optional[int] = None):
         super().__init__(message)
         self.acked = acked
+        self.required = required
+
+
+class GuardNotDurable(LockError):
+    """Durable mode: a guarded write ran on the master (``LOCK.GUARD`` answered ``reply``), but
+    fewer than ``required`` replicas acknowledged it within ``durable_timeout``. Its outcome is
+    unknown: a failover now may promote a replica that never had it. ``acked`` is how many did
+    (None if the ``WAIT`` itself got no answer: ``__cause__`` says why).
+
+    Not a ``NotDurable``: that one means "not acquired", and the hold is still held. Not a
+    ``LockLost`` either: the hold is intact on the master; only this write is in doubt."""
+
+    def __init__(self, message: str, acked: Optional[int], required: int, reply: Any):
+        super().__init__(message)
+        self.acked = acked
+        self.required = required
+        self.reply = reply
 
 
 class LockLost(LockError):
@@ -168,6 +186,17 @@ def acquire_args(key, token, ttl_ms, options, wait_ms):
     if wait_ms is not None:
         args += ["WAIT", wait_ms]
     return args
+
+
+def durable_within(durable_ms: int) -> float:
+    """How long the reply to ``WAIT n <durable_ms>`` is awaited: the server answers at the
+    timeout, so 2 s above it means a connection that stopped answering."""
+    return durable_ms / 1000 + 2
+
+
+def unconfirmed(what: str, key, acked, required: int, durable_ms: int) -> str:
+    got = "no answer to WAIT" if acked is None else f"{acked} of {required} replicas acknowledged"
+    return f"{key!r}: {what}: {got} within {durable_ms} ms"
 
 
 def wait_ms_for(timeout: Optional[float], blocking: bool) -> Optional[int]:

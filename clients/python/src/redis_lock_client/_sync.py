@@ -15,6 +15,7 @@ from redis.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 from . import _common as c
+from . import _durable
 from ._sync_conn import HoldConnection, NoReply
 
 log = logging.getLogger("redis_lock_client")
@@ -83,6 +84,8 @@ class _Kind:
                 if hc.call("LOCK.EXTEND", self.name, token, lease.ttl_ms, within=lease.ttl) != 1:
                     raise c.NotAcquired(f"{self.name!r}: granted, but the lease ended first")
                 lease.sent = resent
+                if self.durable:
+                    self._confirm_durable(hc, token)  # that extend too
             return Hold(self, hc, token, fence, lease, on_lost or self.on_lost)
         except BaseException:
             # Interrupted, refused or failed: close first, so that a grant the server has not
@@ -93,12 +96,13 @@ class _Kind:
             raise
 
     def _confirm_durable(self, hc, token):
-        acked = hc.call("WAIT", self.durable, self.durable_ms, within=self.durable_ms / 1000 + 2)
+        within = c.durable_within(self.durable_ms)
+        acked = hc.call("WAIT", self.durable, self.durable_ms, within=within)
         if acked < self.durable:
             raise c.NotDurable(
-                f"{self.name!r}: {acked} of {self.durable} replicas acknowledged the grant "
-                f"within {self.durable_ms} ms; released",
+                c.unconfirmed("grant released", self.name, acked, self.durable, self.durable_ms),
                 acked,
+                self.durable,
             )
 
     def info(self) -> Optional[c.LockInfo]:
@@ -222,6 +226,7 @@ class _Core:
         self.client, self.name, self.token, self.fence = kind.client, kind.name, token, fence
         self.extend_every, self.auto = kind.extend_every, kind.auto_extend
         self.hc, self.lease = hc, lease
+        self.durable, self.durable_ms = kind.durable, kind.durable_ms  # see _durable.py
         self.on_lost, self.hold_ref = on_lost, weakref.ref(hold)
         self.state = HELD
         self.lost = threading.Event()
@@ -337,6 +342,10 @@ class _Core:
             return e
         if reply != 1:
             return c.LockLost("LOCK.EXTEND answered 0: the hold is gone")
+        if self.durable:  # unconfirmed by replicas: a failed extend (_durable.py)
+            reason = _durable.confirm_extend(self, self.lease.report_by)
+            if reason is not None:
+                return reason
         with self.cond:
             self.lease = lease
             lease.sent = sent
@@ -384,6 +393,8 @@ class _Core:
 
     def guard(self, command, options):
         try:
+            if self.durable:  # LOCK.GUARD and WAIT on one connection
+                return _durable.guard(self, command, options)
             return self.client.execute_command(
                 "LOCK.GUARD", self.name, self.fence, *command, **self.route, **options
             )

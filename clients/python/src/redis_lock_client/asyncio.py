@@ -12,6 +12,7 @@ from ._async import Hold, Lock, ReaderLock, ReadWriteLock, Semaphore
 from ._async_election import Election
 from ._common import (
     Fenced,
+    GuardNotDurable,
     Holder,
     Leader,
     LockError,
@@ -30,6 +31,7 @@ __all__ = [
     "LockError",
     "NotAcquired",
     "NotDurable",
+    "GuardNotDurable",
     "LockLost",
     "Fenced",
     "LockInfo",
