@@ -227,7 +227,8 @@ pub fn run(args: &Args) -> Result<Counts, redis::RedisError> {
                     lost = true;
                     break;
                 }
-                Err(GuardError::Redis(e)) => {
+                // `NotDurable` too, though the worker does not use durable mode.
+                Err(e) => {
                     eprintln!("{}: guarded write on {key}: {e}", args.id);
                     counts.errors += 1;
                     break;

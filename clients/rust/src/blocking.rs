@@ -3,6 +3,7 @@
 use std::time::{Duration, Instant};
 
 use crate::commands as cmds;
+use crate::durable;
 use crate::error::Error;
 use crate::guard::{Guard, Hold};
 use crate::info::{parse_holders, parse_info, Holder, LockInfo};
@@ -245,18 +246,9 @@ fn confirm_grant(
         }
         base = renewed;
     }
-    if let Some((replicas, timeout)) = opts.durable {
-        conn.set_timeout(Some(timeout.saturating_add(opts.timeout)))?;
-        let wait = cmds::wait_replicas(replicas, timeout);
-        let acked = cmds::int_reply(conn.query_at(&wait, &spec.key)?)?;
-        if acked < i64::from(replicas) {
-            conn.set_timeout(Some(opts.timeout))?;
-            conn.query(&cmds::release(&spec.key, token))?;
-            return Err(Error::NotDurable {
-                acked,
-                required: replicas,
-            });
-        }
+    if let Some(shortfall) = durable::wait_sync(conn, spec)? {
+        conn.query(&cmds::release(&spec.key, token))?;
+        return Err(shortfall.into());
     }
     Ok(Some(base))
 }

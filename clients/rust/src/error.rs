@@ -12,8 +12,10 @@ pub enum LossReason {
     /// lease ended, the key was deleted, or another token holds it now.
     NotHeld,
     /// An extend failed with an error (refused by the server, a closed connection, a
-    /// timeout, a redirect...). The lock may still be held on the server, but this client can
-    /// no longer tell, so it treats it as lost.
+    /// timeout, a redirect...), or, in durable mode, fewer replicas than required acknowledged
+    /// it in time. The lock may still be held on the server, but this client can no longer
+    /// tell (or, unconfirmed, it may not be held where a failover leads), so it treats it as
+    /// lost.
     Error(RedisError),
     /// No extend was confirmed in time: the lease may have ended on the server, measured on
     /// this client's monotonic clock from the send time of the last confirmed acquire or
@@ -58,7 +60,18 @@ impl std::error::Error for Fenced {}
 pub enum GuardError {
     /// The lock is not held under the guard's fence: nothing ran.
     Fenced(Fenced),
-    /// Any other error: the command's own, a connection error, a timeout.
+    /// Durable mode: the write **ran** on the master, but fewer replicas than required
+    /// acknowledged it within the timeout (`WAIT` after `LOCK.GUARD`). Its outcome is
+    /// unknown: a failover may keep it or lose it. The hold is not affected. Converts into
+    /// [`Error::NotDurable`].
+    NotDurable {
+        /// Replicas that acknowledged.
+        acked: i64,
+        /// Replicas required.
+        required: u32,
+    },
+    /// Any other error: the command's own, a connection error, a timeout. (In durable mode,
+    /// an error of the `WAIT` itself comes here too; the write had run.)
     Redis(RedisError),
 }
 
@@ -66,6 +79,11 @@ impl fmt::Display for GuardError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             GuardError::Fenced(e) => e.fmt(f),
+            GuardError::NotDurable { acked, required } => write!(
+                f,
+                "the guarded write ran on the master, but only {acked} of {required} replicas \
+                 acknowledged it: whether it survives a failover is unknown"
+            ),
             GuardError::Redis(e) => e.fmt(f),
         }
     }
@@ -75,6 +93,7 @@ impl std::error::Error for GuardError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             GuardError::Fenced(e) => Some(e),
+            GuardError::NotDurable { .. } => None,
             GuardError::Redis(e) => Some(e),
         }
     }
@@ -97,8 +116,14 @@ impl From<RedisError> for GuardError {
 pub enum Error {
     /// The hold was not granted within the wait. Nothing is held.
     Timeout,
-    /// Durable mode: fewer replicas than required acknowledged the grant within the timeout.
-    /// The grant was released; nothing is held.
+    /// Durable mode: fewer replicas than required acknowledged within the timeout (`WAIT`).
+    /// What that leaves depends on what was confirmed:
+    ///
+    /// - a grant (an acquire): it was released; nothing is held;
+    /// - a guarded write (from [`GuardError::NotDurable`]): the write **ran** on the master,
+    ///   and whether it survives a failover is unknown; the hold is not affected;
+    /// - an extend (`extend()`): the hold is lost, as after any failed extend (a replica
+    ///   promoted now has the earlier lease).
     NotDurable {
         /// Replicas that acknowledged.
         acked: i64,
@@ -121,7 +146,9 @@ impl fmt::Display for Error {
             Error::Timeout => f.write_str("the lock was not granted within the wait"),
             Error::NotDurable { acked, required } => write!(
                 f,
-                "only {acked} of {required} replicas acknowledged the grant: released"
+                "only {acked} of {required} replicas acknowledged in time (after an acquire: \
+                 released, nothing held; after a guarded write: it ran on the master, whether it \
+                 survives a failover is unknown; after an extend: the hold is lost)"
             ),
             Error::Lost(r) => write!(f, "the hold is lost: {r}"),
             Error::Fenced(e) => e.fmt(f),
@@ -151,6 +178,7 @@ impl From<GuardError> for Error {
     fn from(e: GuardError) -> Self {
         match e {
             GuardError::Fenced(f) => Error::Fenced(f),
+            GuardError::NotDurable { acked, required } => Error::NotDurable { acked, required },
             GuardError::Redis(e) => Error::Redis(e),
         }
     }

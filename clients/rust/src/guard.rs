@@ -4,9 +4,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
-use redis::{Cmd, FromRedisValue, RedisError, RedisResult, Value};
+use redis::{Cmd, FromRedisValue, RedisError, RedisResult};
 
 use crate::commands as cmds;
+use crate::durable::{self, Shortfall};
 use crate::error::{Error, Fenced, GuardError, LossReason};
 use crate::options::{Kind, Spec};
 use crate::pool::Starter;
@@ -87,6 +88,35 @@ impl Hold {
     }
 }
 
+/// The reply to an extend: whether the token still held the lock, and, in durable mode, the
+/// replicas' shortfall if they did not acknowledge it in time.
+pub(crate) type Extended = RedisResult<(bool, Option<Shortfall>)>;
+
+impl Hold {
+    /// What an extend sent at `sent` means for the hold, the same for the keep-alive and
+    /// `extend()`: confirmed, or the hold ends (a reply of 0, an error, or, in durable mode,
+    /// too few replicas: a replica promoted after an unconfirmed extend has the earlier lease,
+    /// so the hold may end there sooner than the holder believes).
+    pub(crate) fn extended(&self, sent: Instant, reply: Extended) -> Result<(), Error> {
+        let lease = &self.lease;
+        match reply {
+            Ok((true, None)) => lease.confirm(sent).map_err(Error::Lost),
+            Ok((true, Some(shortfall))) => {
+                lease.end(shortfall.loss());
+                Err(shortfall.into())
+            }
+            Ok((false, _)) => {
+                lease.end(LossReason::NotHeld);
+                Err(Error::Lost(LossReason::NotHeld))
+            }
+            Err(e) => {
+                lease.end(LossReason::Error(e.clone()));
+                Err(Error::Redis(e))
+            }
+        }
+    }
+}
+
 /// The next extend is due a little before `every` after the last confirmed one, so that the
 /// keep-alives of many holders do not fall into step.
 pub(crate) fn next_extend(base: Instant, every: Duration) -> Instant {
@@ -104,7 +134,8 @@ pub struct Guard {
     hold: Arc<Hold>,
     /// For the caller's commands and the release: taken from the lock's pool on first use,
     /// given back at the release. The keep-alive uses another (the lock's shared
-    /// connection), so that a slow guarded write cannot hold up an extend.
+    /// connection; in durable mode one of the hold's own), so that a slow guarded write
+    /// cannot hold up an extend.
     user: std::sync::Mutex<Option<SyncConn>>,
     /// The hold's entry in the keep-alive starter.
     keepalive: Option<u64>,
@@ -145,11 +176,21 @@ impl Guard {
     ///
     /// A refusal because the lock is not held, or is held under a newer fence, also ends the
     /// hold: the loss signal fires.
+    ///
+    /// In durable mode a write that ran is followed by `WAIT replicas timeout` on the same
+    /// connection (not a refusal: nothing ran); with fewer acknowledgements it is
+    /// [`GuardError::NotDurable`]: the write ran on the master, and whether it survives a
+    /// failover is unknown.
     pub fn guard<T: FromRedisValue>(&self, command: &Cmd) -> Result<T, GuardError> {
         let fence = self.fence();
         let cmd = cmds::guard(&self.hold.spec.key, fence, command);
-        match self.with_conn(|c| c.query(&cmd)).map_err(GuardError::from) {
-            Ok(reply) => Ok(redis::from_redis_value(reply).map_err(RedisError::from)?),
+        let reply = self.with_conn(|c| {
+            let reply = c.query(&cmd)?;
+            Ok((reply, durable::wait_sync(c, &self.hold.spec)?))
+        });
+        match reply.map_err(GuardError::from) {
+            Ok((_, Some(shortfall))) => Err(shortfall.into()),
+            Ok((reply, None)) => Ok(redis::from_redis_value(reply).map_err(RedisError::from)?),
             Err(GuardError::Fenced(refusal)) => {
                 self.hold.note_fenced(fence, &refusal);
                 Err(GuardError::Fenced(refusal))
@@ -159,23 +200,26 @@ impl Guard {
     }
 
     /// Extends the lease by the ttl now. A reply of 0, or any error, ends the hold
-    /// (`Error::Lost`, or the error), as for the keep-alive.
+    /// (`Error::Lost`, or the error), as for the keep-alive. In durable mode the extend is
+    /// followed by `WAIT replicas timeout` on the same connection, and too few
+    /// acknowledgements end the hold too ([`Error::NotDurable`]; the loss reason is
+    /// [`LossReason::Error`]): a replica promoted after an unconfirmed extend has the earlier
+    /// lease, so the hold may end there sooner than the holder believes.
     pub fn extend(&self) -> Result<(), Error> {
-        let lease = &self.hold.lease;
-        lease.status().map_err(Error::Lost)?;
-        let cmd = cmds::extend(self.key(), self.token(), self.hold.spec.opts.ttl);
+        self.hold.lease.status().map_err(Error::Lost)?;
+        let spec = &self.hold.spec;
+        let cmd = cmds::extend(self.key(), self.token(), spec.opts.ttl);
         let sent = Instant::now();
-        match self.with_conn(|c| c.query(&cmd)).and_then(cmds::bool_reply) {
-            Ok(true) => lease.confirm(sent).map_err(Error::Lost),
-            Ok(false) => {
-                lease.end(LossReason::NotHeld);
-                Err(Error::Lost(LossReason::NotHeld))
-            }
-            Err(e) => {
-                lease.end(LossReason::Error(e.clone()));
-                Err(Error::Redis(e))
-            }
-        }
+        let reply = self.with_conn(|c| {
+            let held = cmds::bool_reply(c.query(&cmd)?)?;
+            let shortfall = if held {
+                durable::wait_sync(c, spec)?
+            } else {
+                None
+            };
+            Ok((held, shortfall))
+        });
+        self.hold.extended(sent, reply)
     }
 
     /// Takes a new fence for this hold (`LOCK.FENCE`), larger than every fence before; later
@@ -239,7 +283,7 @@ impl Guard {
     /// Runs `f` on the caller's connection (one from the pool if the last one broke). A
     /// connection whose last call failed other than with a server reply is in doubt (a late
     /// reply could be read as the next one's) and is not used again.
-    fn with_conn(&self, f: impl FnOnce(&mut SyncConn) -> RedisResult<Value>) -> RedisResult<Value> {
+    fn with_conn<T>(&self, f: impl FnOnce(&mut SyncConn) -> RedisResult<T>) -> RedisResult<T> {
         let spec = &self.hold.spec;
         let mut slot = self.user.lock().unwrap_or_else(PoisonError::into_inner);
         let conn = match slot.as_mut() {

@@ -25,6 +25,7 @@
 
 mod blocking;
 mod commands;
+mod durable;
 mod election;
 mod error;
 mod guard;

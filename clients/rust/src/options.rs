@@ -85,7 +85,8 @@ pub(crate) struct Options {
     pub ttl: Duration,
     pub wait: Wait,
     pub keepalive: KeepAlive,
-    /// Replicas that must acknowledge a grant, and how long to wait for them.
+    /// Replicas that must acknowledge a grant, a guarded write or an extend, and how long to
+    /// wait for them.
     pub durable: Option<(u32, Duration)>,
     /// Bound on one command that does not wait by design: a release, a guarded write, an
     /// info, a connect.
@@ -202,9 +203,13 @@ macro_rules! lock_options {
             self
         }
 
-        /// Durable mode: after each grant, `WAIT replicas timeout` on the granting
-        /// connection; with fewer acknowledgements the grant is released and the acquire
-        /// fails with [`Error::NotDurable`](crate::Error::NotDurable).
+        /// Durable mode: `WAIT replicas timeout` on the same connection after each grant,
+        /// each guarded write that ran, and each extend (the keep-alive's or `extend()`), one
+        /// more round trip for each. With fewer acknowledgements: a grant is released and the
+        /// acquire fails with [`Error::NotDurable`](crate::Error::NotDurable); a guarded write
+        /// fails with [`GuardError::NotDurable`](crate::GuardError::NotDurable) (it ran on the
+        /// master: its outcome after a failover is unknown); an extend ends the hold as a
+        /// failed extend does, since a replica promoted after it has the earlier lease.
         pub fn durable(mut self, replicas: u32, timeout: std::time::Duration) -> Self {
             self.spec.opts.durable = Some((replicas, timeout));
             self

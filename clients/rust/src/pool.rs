@@ -11,7 +11,10 @@
 //!   for acquires that do not wait, guarded writes and releases). Every extend is bounded by
 //!   its own hold's deadline, and the loss signal reads the clock, so a stuck extend delays
 //!   no other hold's loss. After an error whose outcome is unknown it is replaced, for the
-//!   holds that come after; the hold whose extend failed is lost, as before.
+//!   holds that come after; the hold whose extend failed is lost, as before. A durable hold's
+//!   keep-alive does not use it: each of its extends is followed by a `WAIT`, which blocks
+//!   the connection (for the whole `WAIT` timeout when replicas are missing), so it extends
+//!   on a connection of its own, opened at its first extend.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};

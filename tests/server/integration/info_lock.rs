@@ -13,7 +13,7 @@ use crate::integration::notifications::Subscriber;
 use crate::integration::{wait_for_waiters, LEASE_WAIT};
 use redis::{Connection, Value};
 
-const COUNTERS: [&str; 12] = [
+const COUNTERS: [&str; 13] = [
     "acquires",
     "contended_acquires",
     "releases",
@@ -26,10 +26,12 @@ const COUNTERS: [&str; 12] = [
     "evictions",
     "guarded_runs",
     "guarded_refusals",
+    "replica_loss_pauses",
 ];
 const GAUGES: [&str; 3] = ["held", "waiting_clients", "observing_clients"];
-/// A state, 0 or 1 (tests/replication/propagation.rs follows it).
-const STATES: [&str; 1] = ["propagating"];
+/// States: `propagating`, 0 or 1 (tests/replication/propagation.rs follows it), and the
+/// fence epoch (tests/replication/fence_epochs.rs).
+const STATES: [&str; 2] = ["propagating", "fence_epoch"];
 
 /// `INFO lock`, as field (without the `lock_` prefix) -> value. Asserts the section is there
 /// under its name and has exactly the documented fields.

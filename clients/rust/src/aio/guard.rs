@@ -8,6 +8,7 @@ use redis::{Cmd, FromRedisValue, RedisError, Value};
 
 use super::conn::AsyncConn;
 use crate::commands as cmds;
+use crate::durable;
 use crate::error::{Error, GuardError, LossReason};
 use crate::guard::{next_extend, Hold};
 use crate::options::{Kind, Target};
@@ -22,7 +23,8 @@ use crate::signal::LossSignal;
 /// the hold counts as lost.
 pub struct Guard {
     hold: Arc<Hold>,
-    /// The grant's connection: the keep-alive and the caller's commands share it.
+    /// The grant's connection, for the caller's commands and the release (the keep-alive's
+    /// extends go elsewhere: see `keep_alive`).
     conn: AsyncConn,
     keepalive: Option<tokio::task::JoinHandle<()>>,
     released: bool,
@@ -31,7 +33,7 @@ pub struct Guard {
 impl Guard {
     /// Wraps a granted hold and starts its keep-alive; needs a tokio runtime. `conn` carries
     /// the caller's commands and the release; the keep-alive uses the lock's shared
-    /// connection.
+    /// connection (in durable mode, one of its own).
     pub(crate) fn start(hold: Hold, conn: AsyncConn) -> Guard {
         let hold = Arc::new(hold);
         let keepalive = hold
@@ -55,12 +57,24 @@ impl Guard {
     }
 
     /// Runs `command` through `LOCK.GUARD` with this hold's fence; see the blocking
-    /// [`Guard::guard`](crate::Guard::guard).
+    /// [`Guard::guard`](crate::Guard::guard), durable mode's `WAIT` and
+    /// [`GuardError::NotDurable`] included.
     pub async fn guard<T: FromRedisValue>(&self, command: &Cmd) -> Result<T, GuardError> {
         let fence = self.fence();
         let cmd = cmds::guard(self.key(), fence, command);
-        match self.call(&cmd).await.map_err(GuardError::from) {
-            Ok(reply) => Ok(redis::from_redis_value(reply).map_err(RedisError::from)?),
+        // Clones share the connection: the `WAIT` follows the write on it.
+        let mut conn = self.conn.clone();
+        let reply: redis::RedisResult<(Value, _)> = async {
+            let reply = conn.query(&cmd, Some(self.hold.spec.opts.timeout)).await?;
+            Ok((
+                reply,
+                durable::wait_async(&mut conn, &self.hold.spec).await?,
+            ))
+        }
+        .await;
+        match reply.map_err(GuardError::from) {
+            Ok((_, Some(shortfall))) => Err(shortfall.into()),
+            Ok((reply, None)) => Ok(redis::from_redis_value(reply).map_err(RedisError::from)?),
             Err(GuardError::Fenced(refusal)) => {
                 self.hold.note_fenced(fence, &refusal);
                 Err(GuardError::Fenced(refusal))
@@ -70,23 +84,24 @@ impl Guard {
     }
 
     /// Extends the lease by the ttl now. A reply of 0, or any error, ends the hold, as for
-    /// the keep-alive.
+    /// the keep-alive; so does, in durable mode, a `WAIT` after it that too few replicas
+    /// acknowledge (see the blocking [`Guard::extend`](crate::Guard::extend)).
     pub async fn extend(&self) -> Result<(), Error> {
-        let lease = &self.hold.lease;
-        lease.status().map_err(Error::Lost)?;
-        let cmd = cmds::extend(self.key(), self.token(), self.hold.spec.opts.ttl);
+        self.hold.lease.status().map_err(Error::Lost)?;
+        let spec = &self.hold.spec;
+        let cmd = cmds::extend(self.key(), self.token(), spec.opts.ttl);
         let sent = Instant::now();
-        match self.call(&cmd).await.and_then(cmds::bool_reply) {
-            Ok(true) => lease.confirm(sent).map_err(Error::Lost),
-            Ok(false) => {
-                lease.end(LossReason::NotHeld);
-                Err(Error::Lost(LossReason::NotHeld))
-            }
-            Err(e) => {
-                lease.end(LossReason::Error(e.clone()));
-                Err(Error::Redis(e))
-            }
-        }
+        let mut conn = self.conn.clone();
+        let reply = async {
+            let held = cmds::bool_reply(conn.query(&cmd, Some(spec.opts.timeout)).await?)?;
+            let shortfall = if held {
+                durable::wait_async(&mut conn, spec).await?
+            } else {
+                None
+            };
+            Ok((held, shortfall))
+        };
+        self.hold.extended(sent, reply.await)
     }
 
     /// Takes a new fence for this hold (`LOCK.FENCE`); later guarded writes use it.
@@ -169,14 +184,19 @@ async fn release(hold: &Hold, mut conn: AsyncConn) -> redis::RedisResult<bool> {
 }
 
 /// Extends every `every` until the hold ends, and ends it on the first answer that is not a
-/// confirmation. Each extend goes on the lock's shared connection (see `crate::pool`), and
-/// no call outlasts the lease: at its end the hold is lost anyway. The blocking API runs it
-/// too, on the keep-alive runtime.
+/// confirmation. Each extend goes on the lock's shared connection (see `crate::pool`; in
+/// durable mode on the hold's own, followed by the `WAIT`, and an extend too few replicas
+/// acknowledged ends the hold as a failed one does), and no call outlasts the lease: at its
+/// end the hold is lost anyway. The blocking API runs it too, on the keep-alive runtime.
 pub(crate) async fn keep_alive(hold: Arc<Hold>, every: Duration) {
     let lease = &hold.lease;
     let spec = &hold.spec;
     let signal = LossSignal::new(Arc::clone(lease));
     let cmd = cmds::extend(&spec.key, &hold.token, spec.opts.ttl);
+    // Durable mode: a connection of the hold's own, opened at the first extend, as each
+    // extend is followed by a `WAIT` that blocks the connection (for the `WAIT` timeout when
+    // replicas are missing), which must not hold up other holds' extends.
+    let mut own: Option<AsyncConn> = None;
     loop {
         let due = next_extend(lease.base(), every);
         tokio::select! {
@@ -185,9 +205,22 @@ pub(crate) async fn keep_alive(hold: Arc<Hold>, every: Duration) {
         }
         let Ok(deadline) = lease.status() else { return };
         let sent = Instant::now();
-        let opened = spec.pool.shared(&spec.target, spec.opts.timeout);
+        let opened = async {
+            match (&own, spec.opts.durable) {
+                (Some(conn), _) => Ok((None, conn.clone())),
+                (None, Some(_)) => {
+                    let conn = AsyncConn::open(&spec.target, spec.opts.timeout).await?;
+                    Ok((None, conn))
+                }
+                (None, None) => {
+                    let (generation, conn) =
+                        spec.pool.shared(&spec.target, spec.opts.timeout).await?;
+                    Ok((Some(generation), conn))
+                }
+            }
+        };
         let (generation, mut conn) = match tokio::time::timeout_at(deadline.into(), opened).await {
-            Ok(Ok(shared)) => shared,
+            Ok(Ok(opened)) => opened,
             Ok(Err(e)) => return lease.end(LossReason::Error(e)),
             Err(_) => {
                 // The deadline passed first: reading the status records the loss, dated at it.
@@ -195,26 +228,36 @@ pub(crate) async fn keep_alive(hold: Arc<Hold>, every: Duration) {
                 return;
             }
         };
-        let reply = tokio::time::timeout_at(deadline.into(), conn.query(&cmd, None)).await;
-        let Ok(reply) = reply else {
+        if spec.opts.durable.is_some() {
+            own = Some(conn.clone());
+        }
+        let discard = |generation: Option<u64>| {
+            if let Some(generation) = generation {
+                spec.pool.discard_shared(generation);
+            }
+        };
+        let call = async {
+            let held = cmds::bool_reply(conn.query(&cmd, None).await?)?;
+            let shortfall = if held {
+                durable::wait_async(&mut conn, spec).await?
+            } else {
+                None
+            };
+            Ok((held, shortfall))
+        };
+        let Ok(reply) = tokio::time::timeout_at(deadline.into(), call).await else {
             // No answer within the lease: later holds get a connection of their own.
-            spec.pool.discard_shared(generation);
+            discard(generation);
             let _ = lease.status();
             return;
         };
-        match reply.and_then(cmds::bool_reply) {
-            Ok(true) => {
-                if lease.confirm(sent).is_err() {
-                    return;
-                }
+        if let Err(e) = &reply {
+            if cmds::outcome_unknown(e) {
+                discard(generation);
             }
-            Ok(false) => return lease.end(LossReason::NotHeld),
-            Err(e) => {
-                if cmds::outcome_unknown(&e) {
-                    spec.pool.discard_shared(generation);
-                }
-                return lease.end(LossReason::Error(e));
-            }
+        }
+        if hold.extended(sent, reply).is_err() {
+            return;
         }
     }
 }

@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use crate::blocking::{tryagain_pause, TRYAGAIN_LIMIT};
 use crate::commands as cmds;
+use crate::durable;
 use crate::error::Error;
 use crate::guard::Hold;
 use crate::info::{parse_holders, parse_info, Holder, LockInfo};
@@ -348,18 +349,10 @@ async fn confirm_grant(
         }
         base = renewed;
     }
-    if let Some((replicas, timeout)) = opts.durable {
-        let wait = cmds::wait_replicas(replicas, timeout);
-        let budget = Some(timeout.saturating_add(opts.timeout));
-        let acked = cmds::int_reply(conn.query_at(&wait, &spec.key, budget).await?)?;
-        if acked < i64::from(replicas) {
-            let release = cmds::release(&spec.key, token);
-            conn.query(&release, Some(opts.timeout)).await?;
-            return Err(Error::NotDurable {
-                acked,
-                required: replicas,
-            });
-        }
+    if let Some(shortfall) = durable::wait_async(conn, spec).await? {
+        let release = cmds::release(&spec.key, token);
+        conn.query(&release, Some(opts.timeout)).await?;
+        return Err(shortfall.into());
     }
     Ok(Some(base))
 }

@@ -166,7 +166,8 @@ impl Server {
         assert!(self.wait_ready(), "redis-server did not restart");
     }
 
-    /// A replica of this server, once its link is up.
+    /// A replica of this server, once its link is up and it acknowledges writes (its first
+    /// acknowledgement after the sync can take a second: a `WAIT` meanwhile would time out).
     pub fn replica(&self) -> Server {
         let port = self.port.to_string();
         let replica = Server::start_with(&["--replicaof", "127.0.0.1", &port]);
@@ -178,11 +179,23 @@ impl Server {
                 .query(&mut master)
                 .unwrap();
             if info.contains("connected_slaves:1") && info.contains("state=online") {
-                return replica;
+                break;
             }
             assert!(Instant::now() < until, "replica link not up:\n{info}");
             sleep(Duration::from_millis(20));
         }
+        // A write of this connection's own, so that the `WAIT` waits for an acknowledgement.
+        let _: i64 = redis::cmd("INCR")
+            .arg("support:replica-synced")
+            .query(&mut master)
+            .unwrap();
+        let acked: i64 = redis::cmd("WAIT")
+            .arg(1)
+            .arg(10_000)
+            .query(&mut master)
+            .unwrap();
+        assert_eq!(acked, 1, "the replica does not acknowledge");
+        replica
     }
 }
 
@@ -274,4 +287,18 @@ pub fn is_free(con: &mut redis::Connection, key: &str) -> bool {
         .query::<redis::Value>(con)
         .map(|v| v == redis::Value::Nil)
         .unwrap_or(false)
+}
+
+/// How many times the server ran `command` (lower case, e.g. `wait`, `lock.extend`), from
+/// `INFO commandstats`; 0 if never.
+pub fn calls(server: &Server, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.conn())
+        .unwrap();
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
+        .map(|rest| rest.split(',').next().unwrap().parse().unwrap())
+        .unwrap_or(0)
 }
