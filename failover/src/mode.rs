@@ -6,25 +6,26 @@ use std::time::Duration;
 
 use redis_lock_client::Mutex;
 
-/// How long a durable mode's `WAIT` waits for replicas, after a grant or a guarded write.
+/// How long a durable mode's `WAIT` waits for replicas, after a grant, a guarded write or an
+/// extend.
 const WAIT_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// How the clients take their locks, and what the servers run with.
 ///
-/// In a durable mode, the rule for a guarded write is the grant's: the library's
-/// `durable(n, t)` covers grants only, so the harness sends the guarded write itself
-/// (`LOCK.GUARD`, then `WAIT n t` on the same connection) and counts it acknowledged only
-/// when `n` replicas confirmed it; a write they did not confirm is of unknown outcome (it
-/// ran on the master and may survive or not).
+/// In a durable mode, the library's `durable(n, t)` follows each grant, guarded write and
+/// extend with `WAIT n t` on the same connection; the harness counts a write or an extend
+/// acknowledged only when `n` replicas confirmed it, and one they did not confirm is of
+/// unknown outcome (it ran on the master and may survive or not).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
     /// The client library's defaults, the module's defaults: the baseline.
     Plain,
-    /// The library's durable mode, `WAIT 1 500` after each grant (and guarded write); no
+    /// The library's durable mode, `WAIT 1 500` after each grant, guarded write and extend; no
     /// server setting. Issue 26's second column.
     Durable1,
     /// `min-replicas-to-write 1`, `min-replicas-max-lag 1` on every data server, and
-    /// `WAIT 2 500` (every replica) after each grant and guarded write: issue 26's third run.
+    /// `WAIT 2 500` (every replica) after each grant, guarded write and extend: issue 26's
+    /// third run.
     Settings,
     /// `min-replicas-to-write 1`, `min-replicas-max-lag 1`, and `WAIT 1 500`. The candidate
     /// for safety at half of plain's grants: `WAIT 2` pays for every moment one replica is
