@@ -187,6 +187,9 @@ fn server_paused(api: Api) {
     server.resume();
 }
 
+/// How late a timer may wake: tokio's resolution and a loaded machine.
+const TIMER_SLACK: Duration = Duration::from_millis(10);
+
 /// The lease counts from the send of the extend, not its reply: an extend held up by a
 /// pause moves the deadline by no more than the keep-alive interval.
 fn deadline_counts_from_the_send(api: Api) {
@@ -218,8 +221,15 @@ fn deadline_counts_from_the_send(api: Api) {
             continue;
         }
         let d2 = changed(d1, Duration::from_secs(1));
-        // The next extend was sent at most `every` after the last confirmed one.
-        assert!(d2 - d1 <= every, "deadline moved by {:?}", d2 - d1);
+        // The next extend was sent at most `every` after the last confirmed one, give or take
+        // the timer's own lateness (tokio's timers tick in whole milliseconds, and a loaded
+        // machine wakes them late; the keep-alive's jitter, up to a tenth of `every` early,
+        // usually hides it: seen 1.2 ms over in CI).
+        assert!(
+            d2 - d1 <= every + TIMER_SLACK,
+            "deadline moved by {:?}",
+            d2 - d1
+        );
         assert!(!h.signal.is_lost());
         return;
     }
