@@ -99,7 +99,7 @@ fn on_cron(ctx: &Context, _hz: u64) {
 }
 
 /// A master that becomes a replica answers its waiters, as Redis does for its own blocked
-/// clients.
+/// clients; a replica that becomes a master takes a new fence epoch (fence.rs, "Epochs").
 #[role_changed_event_handler]
 fn on_role_change(ctx: &Context, role: ServerRole) {
     replication::role_changed(role == ServerRole::Replica);
