@@ -13,9 +13,12 @@ use std::mem::ManuallyDrop;
 use std::os::raw::c_int;
 use std::ptr;
 
-use redis_module::{raw, Context, RedisResult, RedisString};
+use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisString};
 
 use crate::commands;
+use crate::error::LockError;
+use crate::pause::{self, Cause};
+use crate::{clock, stall, stats};
 
 type Handler = fn(&Context, &[RedisString]) -> RedisResult;
 
@@ -426,6 +429,9 @@ extern "C" fn entry<const I: usize>(
     argc: c_int,
 ) -> c_int {
     let context = Context::new(ctx);
+    if let Some(refusal) = refused_after_stall(&context, &COMMANDS[I]) {
+        return context.reply(Err(refusal)) as c_int;
+    }
     let argc = usize::try_from(argc).unwrap_or(0);
     let argv: &[*mut raw::RedisModuleString] = if argv.is_null() {
         &[]
@@ -453,6 +459,24 @@ extern "C" fn entry<const I: usize>(
         (COMMANDS[I].handler)(&context, as_strings(&args))
     };
     context.reply(result) as c_int
+}
+
+/// A lock write on a master, in a turn of the event loop that began before a stall: the
+/// server has not read yet which replicas left it meanwhile, so the write is refused and
+/// writes paused (stall.rs). Before the handler, so that nothing changes. Never while the
+/// server loads (an AOF read by `DEBUG LOADAOF` inside one long turn must replay whole).
+fn refused_after_stall(ctx: &Context, command: &Command) -> Option<RedisError> {
+    if !stall::watching() || !command.flags.to_bytes().starts_with(b"write") {
+        return None;
+    }
+    let flags = ctx.get_flags();
+    if !flags.contains(ContextFlags::MASTER) || flags.contains(ContextFlags::LOADING) {
+        return None;
+    }
+    let ms = stall::within(clock::now().mono)?;
+    pause::writes(ctx, Cause::Stall(ms));
+    stats::STALL_REFUSALS.bump();
+    Some(LockError::Stalled(ms).into())
 }
 
 fn as_strings(args: &[ManuallyDrop<RedisString>]) -> &[RedisString] {

@@ -30,10 +30,31 @@ pub fn replica_loss_pause_ms() -> i64 {
     REPLICA_LOSS_PAUSE_MS.load(Ordering::Relaxed)
 }
 
+/// Off: a stall of the event loop pauses nothing.
+pub const DEFAULT_STALL_THRESHOLD_MS: i64 = 0;
+/// An hour: a failure detector slower than that is no failure detector.
+pub const STALL_THRESHOLD_LIMIT: i64 = 3_600_000;
+
+/// `lock.stall-threshold-ms`: a master whose event loop stood still longer than this may
+/// have been failed over meanwhile, and pauses writes as after a replica loss (`stall.rs`);
+/// 0 turns it off.
+pub static STALL_THRESHOLD_MS: AtomicI64 = AtomicI64::new(DEFAULT_STALL_THRESHOLD_MS);
+
+/// The stall threshold in force: the setting, or 0 (off) while `replica-loss-pause-ms` is 0,
+/// since the pause after a stall is that long.
+pub fn stall_threshold_ms() -> i64 {
+    if replica_loss_pause_ms() > 0 {
+        STALL_THRESHOLD_MS.load(Ordering::Relaxed)
+    } else {
+        0
+    }
+}
+
 /// Every setting a load-time argument may name, with its range (as `CONFIG SET` checks it).
-const SETTINGS: [(&str, std::ops::RangeInclusive<i64>); 2] = [
+const SETTINGS: [(&str, std::ops::RangeInclusive<i64>); 3] = [
     ("max-ttl", 1..=MAX_TTL_LIMIT),
     ("replica-loss-pause-ms", 0..=REPLICA_LOSS_PAUSE_LIMIT),
+    ("stall-threshold-ms", 0..=STALL_THRESHOLD_LIMIT),
 ];
 
 /// Load-time arguments are not checked by the server: the crate hands each over as its
@@ -69,7 +90,8 @@ pub fn check_load_args(args: &[&[u8]]) -> Result<(), String> {
     Ok(())
 }
 
-/// How long to pause writes, if at all, when a replica that was online disconnects. A master
+/// How long to pause writes, if at all, when a replica that was online disconnects, or the
+/// event loop stood still past `lock.stall-threshold-ms` (`stall.rs`). A master
 /// cannot tell a replica promoted in its place (Sentinel's failover) from one that died, and
 /// until the other replicas follow the new master their acknowledgements (`WAIT`) prove
 /// nothing: writes wait for `setting_ms`, as the server's own `FAILOVER` makes them wait.
@@ -91,16 +113,21 @@ mod tests {
 
     #[test]
     fn load_time_arguments_are_known_settings_with_values_in_range() {
-        let ok: [&[&[u8]]; 4] = [
+        let ok: [&[&[u8]]; 5] = [
             &[],
             &[b"max-ttl", b"60000"],
             &[b"replica-loss-pause-ms", b"0", b"MAX-TTL", b"1"],
             &[b"replica-loss-pause-ms", b"60000"],
+            &[b"stall-threshold-ms", b"3600000"],
         ];
         for args in ok {
             assert_eq!(check_load_args(args), Ok(()), "{args:?}");
         }
-        let bad: [(&[&[u8]], &str); 7] = [
+        let bad: [(&[&[u8]], &str); 8] = [
+            (
+                &[b"stall-threshold-ms", b"3600001"],
+                "stall-threshold-ms must be between 0 and 3600000",
+            ),
             (
                 &[b"replica-loss-pause-ms", b"-1"],
                 "between 0 and 60000, not \"-1\"",

@@ -48,6 +48,9 @@ pub enum LockError {
     Unguardable(String, Unguardable),
     /// The caller's ACL does not let it run `LOCK.GUARD`'s command (its name).
     GuardNoPerm(String),
+    /// A lock write in the turn after the event loop stood still this many milliseconds
+    /// (`stall.rs`): refused, and writes paused.
+    Stalled(u64),
 }
 
 /// What is wrong with `LOCK.ACQUIRE`'s options.
@@ -153,6 +156,12 @@ impl fmt::Display for LockError {
                 f,
                 "NOPERM LOCK.GUARD: this user has no permissions to run '{name}' or to touch its keys"
             ),
+            LockError::Stalled(ms) => write!(
+                f,
+                "TRYAGAIN the server stood still for {ms} ms (over lock.stall-threshold-ms) and \
+                 may have been failed over meanwhile: writes are paused for \
+                 lock.replica-loss-pause-ms"
+            ),
         }
     }
 }
@@ -200,6 +209,7 @@ mod tests {
             LockError::Upgrade,
             LockError::Unguardable("blpop".into(), Unguardable::Blocks),
             LockError::GuardNoPerm("set".into()),
+            LockError::Stalled(3012),
         ];
         for e in all {
             let s = e.to_string();

@@ -1,5 +1,6 @@
 //! What the server tells the module, passed on to the engine: server events (the cron tick,
-//! flushes, `SWAPDB`, role changes, loads and forks, replicas that go offline), keyspace
+//! flushes, `SWAPDB`, role changes, loads and forks, replicas that go offline, the loop's
+//! sleeps), keyspace
 //! events, the callbacks of blocked clients, and the `INFO lock` section. Each is a thin
 //! adapter.
 
@@ -16,16 +17,16 @@ use redis_module_macros::{
 };
 
 use crate::blocked::{self, HandleKey};
-use crate::config;
 use crate::engine::{self, Arrival, Reply, Unblocked};
 use crate::keyspace::{self, selected_db};
-use crate::{describe, guard, replication, stats};
+use crate::pause::{self, Cause};
+use crate::{clock, describe, guard, replication, stall, stats};
 
 /// Subscribes to what the crate has no handler list for: `FLUSHDB` (with the database it
 /// flushes), `SWAPDB`, `FORK_CHILD`, modules loaded and unloaded, replicas that go offline,
 /// and the keyspace events that move a key or evict it.
 pub fn subscribe(ctx: &Context) -> Result<(), &'static str> {
-    let events: [(u64, raw::RedisModuleEventCallback, &str); 6] = [
+    let events: [(u64, raw::RedisModuleEventCallback, &str); 7] = [
         (raw::REDISMODULE_EVENT_FLUSHDB, Some(on_flush), "FLUSHDB"),
         (
             raw::REDISMODULE_EVENT_PERSISTENCE,
@@ -47,6 +48,11 @@ pub fn subscribe(ctx: &Context) -> Result<(), &'static str> {
             raw::REDISMODULE_EVENT_REPLICA_CHANGE,
             Some(on_replica_change),
             "REPLICA_CHANGE",
+        ),
+        (
+            raw::REDISMODULE_EVENT_EVENTLOOP,
+            Some(on_event_loop),
+            "EVENTLOOP",
         ),
     ];
     for (id, callback, _name) in events {
@@ -371,32 +377,20 @@ unsafe extern "C" fn on_replica_change(
     _data: *mut c_void,
 ) {
     if subevent == raw::REDISMODULE_SUBEVENT_REPLICA_CHANGE_OFFLINE {
-        pause_after_replica_loss(&Context::new(ctx));
+        pause::writes(&Context::new(ctx), Cause::ReplicaLoss);
     }
 }
 
-/// `lock.replica-loss-pause-ms`: the decision is `config::replica_loss_pause`; this runs it.
-fn pause_after_replica_loss(ctx: &Context) {
-    let master = ctx.get_flags().contains(ContextFlags::MASTER);
-    let Some(ms) = config::replica_loss_pause(config::replica_loss_pause_ms(), master) else {
-        return;
-    };
-    let ms_arg = ms.to_string();
-    // Not propagated (no `!` in the call's format): replicas are not paused.
-    match ctx.call("CLIENT", &["PAUSE", ms_arg.as_str(), "WRITE"][..]) {
-        Ok(_) => {
-            stats::REPLICA_LOSS_PAUSES.bump();
-            ctx.log_notice(&format!(
-                "a replica went offline: writes paused for {ms} ms \
-                 (CLIENT PAUSE {ms} WRITE, lock.replica-loss-pause-ms)"
-            ));
-        }
-        // The server's text, without what the log's format string or a C string cannot
-        // carry.
-        Err(e) => ctx.log_warning(&format!(
-            "a replica went offline, but CLIENT PAUSE {ms} WRITE was refused: {}",
-            e.to_string().replace(['%', '\0'], "?")
-        )),
+/// The loop is about to sleep, or woke up: a stall since the last of these pauses writes at
+/// once, before the turn runs a command (`stall.rs`).
+unsafe extern "C" fn on_event_loop(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    _subevent: u64,
+    _data: *mut c_void,
+) {
+    if let Some(ms) = stall::edge(|| clock::now().mono) {
+        pause::writes(&Context::new(ctx), Cause::Stall(ms));
     }
 }
 
@@ -421,6 +415,8 @@ fn info_section(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         ("guarded_runs", stats::GUARDED_RUNS.get()),
         ("guarded_refusals", stats::GUARDED_REFUSALS.get()),
         ("replica_loss_pauses", stats::REPLICA_LOSS_PAUSES.get()),
+        ("stalls", stats::STALLS.get()),
+        ("stall_refusals", stats::STALL_REFUSALS.get()),
         // 0 on a master with no replica, backlog or AOF (see replication.rs).
         ("propagating", i64::from(replication::stream_is_read())),
     ];

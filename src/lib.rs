@@ -5,13 +5,13 @@
 //!
 //! - Pure logic, no server: `lock/` (the lock as a state machine given the time), `fence.rs`
 //!   (fences that never go backwards), `args.rs` and `error.rs` (arguments and error
-//!   replies), `clock.rs` (the two clocks), `block_set.rs`, `hashing.rs`, `config.rs`, and the
-//!   engine's bookkeeping: `engine/rules.rs` (the hand-off rules), `engine/waiters.rs`,
-//!   `engine/observers.rs`.
+//!   replies), `clock.rs` (the two clocks), `stall.rs` (the event loop's stalls),
+//!   `block_set.rs`, `hashing.rs`, `config.rs`, and the engine's bookkeeping:
+//!   `engine/rules.rs` (the hand-off rules), `engine/waiters.rs`, `engine/observers.rs`.
 //! - Server primitives: `keyspace.rs` (`ReadKey`, and `LockKey`, the one way to change a
 //!   lock, which keeps its lease-index entry in step), `leases.rs` (the lease index),
 //!   `blocked.rs` (blocked clients, woken once), `propagate.rs`, `replication.rs`, `stats.rs`,
-//!   `panic_log.rs`.
+//!   `pause.rs` (the write pauses of a master that may have been replaced), `panic_log.rs`.
 //! - `engine/`: owns all module state and makes every change to a lock and every hand-off:
 //!   `state.rs`, then `effects.rs` (an operation's frame and effects), then `handoff.rs`,
 //!   then the entry points `ops.rs`, `observe.rs`, `server.rs`.
@@ -38,9 +38,11 @@ mod keyspace;
 mod leases;
 mod lock;
 mod panic_log;
+mod pause;
 mod persistence;
 mod propagate;
 mod replication;
+mod stall;
 mod stats;
 
 use redis_module::configuration::ConfigurationFlags;
@@ -105,6 +107,7 @@ redis_module! {
         i64: [
             ["max-ttl", &config::MAX_TTL, config::DEFAULT_MAX_TTL, 1, config::MAX_TTL_LIMIT, ConfigurationFlags::DEFAULT, None],
             ["replica-loss-pause-ms", &config::REPLICA_LOSS_PAUSE_MS, config::DEFAULT_REPLICA_LOSS_PAUSE_MS, 0, config::REPLICA_LOSS_PAUSE_LIMIT, ConfigurationFlags::DEFAULT, None],
+            ["stall-threshold-ms", &config::STALL_THRESHOLD_MS, config::DEFAULT_STALL_THRESHOLD_MS, 0, config::STALL_THRESHOLD_LIMIT, ConfigurationFlags::DEFAULT, None],
         ],
         string: [],
         bool: [],

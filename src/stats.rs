@@ -53,6 +53,11 @@ pub static GUARDED_REFUSALS: Counter = Counter::new();
 
 /// Write pauses this master made when a replica disconnected (`lock.replica-loss-pause-ms`).
 pub static REPLICA_LOSS_PAUSES: Counter = Counter::new();
+/// Stalls of the event loop this master found (`lock.stall-threshold-ms`), each followed by
+/// a write pause.
+pub static STALLS: Counter = Counter::new();
+/// Lock writes refused because the turn that ran them came after a stall.
+pub static STALL_REFUSALS: Counter = Counter::new();
 
 /// Lock values created (by acquire, load, restore, copy: on the main thread), and freed
 /// with their key, on the main thread or on one of the server's own.

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use redis_lock_client::Mutex;
 
+use crate::servers::DOWN_AFTER_MS;
+
 /// How long a durable mode's `WAIT` waits for replicas, after a grant, a guarded write or an
 /// extend.
 const WAIT_TIMEOUT: Duration = Duration::from_millis(500);
@@ -41,11 +43,14 @@ pub enum Mode {
     MinReplicas1,
     /// The recommended deployment: `minreplicas1`'s servers and client (`min-replicas-to-write
     /// 1`, `min-replicas-max-lag 1`, `WAIT 1 500` after each grant and guarded write), and the
-    /// module loaded with `replica-loss-pause-ms 3000`: a master that loses a replica runs
-    /// `CLIENT PAUSE 3000 WRITE`, so that a master whose replica may just have been promoted
-    /// acknowledges no write until Sentinel has reconfigured its other replicas. That closes
-    /// what `minreplicas1` cannot: a deposed master confirmed by a replica Sentinel has not yet
-    /// moved, and a promotion of the replica that did not confirm. `make failover-ci` requires
+    /// module loaded with `replica-loss-pause-ms 3000 stall-threshold-ms 1000`: a master that
+    /// loses a replica, or whose event loop stood still as long as Sentinel's
+    /// `down-after-milliseconds`, runs `CLIENT PAUSE 3000 WRITE`, so that a master whose
+    /// replica may just have been promoted acknowledges no write until Sentinel has
+    /// reconfigured its other replicas. That closes what `minreplicas1` cannot: a deposed
+    /// master confirmed by a replica Sentinel has not yet moved (also in the first turn after
+    /// a SIGSTOP, before the master reads that its replicas left), and a promotion of the
+    /// replica that did not confirm. `make failover-ci` requires
     /// it to show 0 violations at half of plain's grants or more (`--require-safe`).
     Recommended,
 }
@@ -119,10 +124,14 @@ impl Mode {
     pub fn module_args(self) -> Vec<String> {
         match self {
             Mode::Plain | Mode::Durable1 | Mode::Settings | Mode::MinReplicas1 => Vec::new(),
-            Mode::Recommended => ["replica-loss-pause-ms", "3000"]
-                .iter()
-                .map(|s| s.to_string())
-                .collect(),
+            // A stall as long as Sentinel's down-after-milliseconds may have let it fail
+            // the master over; a shorter one cannot have.
+            Mode::Recommended => vec![
+                "replica-loss-pause-ms".to_string(),
+                "3000".to_string(),
+                "stall-threshold-ms".to_string(),
+                DOWN_AFTER_MS.to_string(),
+            ],
         }
     }
 
@@ -185,7 +194,12 @@ mod tests {
         assert_eq!(Mode::Recommended.durable(), Mode::MinReplicas1.durable());
         assert_eq!(
             Mode::Recommended.module_args(),
-            ["replica-loss-pause-ms", "3000"]
+            [
+                "replica-loss-pause-ms",
+                "3000",
+                "stall-threshold-ms",
+                "1000"
+            ]
         );
         for m in [
             Mode::Plain,

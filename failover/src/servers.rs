@@ -18,6 +18,8 @@ use crate::mode::Mode;
 
 /// The name Sentinel monitors the master under.
 pub const MASTER_NAME: &str = "mymaster";
+/// Sentinel's `down-after-milliseconds`: a master silent this long is subjectively down.
+pub const DOWN_AFTER_MS: u64 = 1000;
 /// Ports are picked here, away from the client tests' 41000–49999.
 const PORTS: std::ops::Range<u16> = 52000..56000;
 
@@ -198,7 +200,7 @@ impl Servers {
             let text = format!(
                 "port {port}\nbind 127.0.0.1\ndir {dir}\nlogfile sentinel.log\n\
                  sentinel monitor {MASTER_NAME} 127.0.0.1 {master} 2\n\
-                 sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
+                 sentinel down-after-milliseconds {MASTER_NAME} {DOWN_AFTER_MS}\n\
                  sentinel failover-timeout {MASTER_NAME} 3000\n\
                  sentinel parallel-syncs {MASTER_NAME} 2\n",
                 dir = p.dir.display(),

@@ -24,9 +24,11 @@ use crate::error::LockError;
 use crate::keyspace::{key_in_db, LockKey};
 use crate::leases;
 use crate::lock::{Lock, Mode};
+use crate::pause::{self, Cause};
 use crate::propagate;
 use crate::propagate::TokenArg;
 use crate::replication;
+use crate::stall;
 use crate::stats::{self, Event};
 
 /// How many leases (holds, not locks: one shared key may have many) one sweep ends before
@@ -192,7 +194,7 @@ impl Engine {
             flags.contains(ContextFlags::SLAVE),
             flags.contains(ContextFlags::LOADING),
         );
-        let paused = !replica && !loading && ctx.avoid_replication_traffic();
+        let paused = !replica && !loading && (ctx.avoid_replication_traffic() || stalled(ctx, now));
         let mut masters_due = false;
         if self.highwater_due && !replica && !loading && !paused {
             // An AOF rewritten without its RDB preamble keeps no aux data: the next file
@@ -376,4 +378,14 @@ pub fn promoted(ctx: &Context) {
 /// of entries added where no timer could be (RDB loading, `COPY`).
 pub fn on_cron(ctx: &Context) {
     with(|e| e.sweep(ctx));
+}
+
+/// Whether the loop stood still before this sweep (stall.rs): then the sweep hands nothing
+/// off in this turn, as under a pause, and pauses writes for the turns after.
+fn stalled(ctx: &Context, now: Now) -> bool {
+    let Some(ms) = stall::watching().then(|| stall::within(now.mono)).flatten() else {
+        return false;
+    };
+    pause::writes(ctx, Cause::Stall(ms));
+    true
 }

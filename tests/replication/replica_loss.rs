@@ -269,6 +269,11 @@ fn a_load_time_value_out_of_range_or_an_unknown_argument_is_refused() {
         ),
         ("max-ttl", "0", "max-ttl must be between 1 and 315360000000"),
         (
+            "stall-threshold-ms",
+            "3600001",
+            "stall-threshold-ms must be between 0 and 3600000",
+        ),
+        (
             "replica-loss-pause",
             "3000",
             "unknown argument \"replica-loss-pause\"",

@@ -13,7 +13,7 @@ use crate::integration::notifications::Subscriber;
 use crate::integration::{wait_for_waiters, LEASE_WAIT};
 use redis::{Connection, Value};
 
-const COUNTERS: [&str; 13] = [
+const COUNTERS: [&str; 15] = [
     "acquires",
     "contended_acquires",
     "releases",
@@ -27,6 +27,8 @@ const COUNTERS: [&str; 13] = [
     "guarded_runs",
     "guarded_refusals",
     "replica_loss_pauses",
+    "stalls",
+    "stall_refusals",
 ];
 const GAUGES: [&str; 3] = ["held", "waiting_clients", "observing_clients"];
 /// States: `propagating`, 0 or 1 (tests/replication/propagation.rs follows it), and the
