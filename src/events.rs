@@ -1,8 +1,7 @@
 //! What the server tells the module, passed on to the engine: server events (the cron tick,
-//! flushes, `SWAPDB`, role changes, loads and forks, replicas that go offline, the loop's
-//! sleeps), keyspace
-//! events, the callbacks of blocked clients, and the `INFO lock` section. Each is a thin
-//! adapter.
+//! flushes, `SWAPDB`, role changes, loads and forks, replicas that go offline, the edges of
+//! the loop's sleep), keyspace events, the callbacks of blocked clients, and the `INFO lock`
+//! section. Each is a thin adapter.
 
 use std::ffi::CStr;
 use std::mem::ManuallyDrop;
@@ -24,7 +23,8 @@ use crate::{clock, describe, guard, replication, stall, stats};
 
 /// Subscribes to what the crate has no handler list for: `FLUSHDB` (with the database it
 /// flushes), `SWAPDB`, `FORK_CHILD`, modules loaded and unloaded, replicas that go offline,
-/// and the keyspace events that move a key or evict it.
+/// the loop going to sleep and waking up, and the keyspace events that move a key or evict
+/// it.
 pub fn subscribe(ctx: &Context) -> Result<(), &'static str> {
     let events: [(u64, raw::RedisModuleEventCallback, &str); 7] = [
         (raw::REDISMODULE_EVENT_FLUSHDB, Some(on_flush), "FLUSHDB"),

@@ -8,7 +8,7 @@
 //! frees them asynchronously). So the first turn after a stall runs those commands on the
 //! old picture: a grant, an extend or a guarded write runs, and `WAIT 1` is then confirmed by
 //! a replica Sentinel has not moved yet, which drops it when it follows the new master
-//! (failover/README.md, "Runs"). `lock.replica-loss-pause-ms` comes too late for them: it
+//! (failover/README.md, "The stall"). `lock.replica-loss-pause-ms` comes too late for them: it
 //! starts when the departures are read.
 //!
 //! So the module watches the turns of the loop. It marks the time at each edge of the
