@@ -347,10 +347,7 @@ pub(super) fn on_timer(ctx: &Context, _: ()) {
 /// An AOF rewrite may have begun (a fork, or the AOF created at startup): the high-water
 /// mark follows it into the new file.
 pub fn aof_rewrite_started(ctx: &Context) {
-    with(|e| {
-        e.highwater_due = true;
-        e.timer_soon(ctx);
-    });
+    highwater_soon(ctx);
 }
 
 /// `LOCK.HIGHWATER`: a mark saved at `saved_ms` and the master's epoch, replayed from the
@@ -368,6 +365,12 @@ pub fn highwater(ctx: &Context, fence: u64, saved_ms: i64, epoch: u64) {
 /// replica knows the epoch even if this master issues no fence before it fails.
 pub fn promoted(ctx: &Context) {
     with_fences(|f| f.promoted());
+    highwater_soon(ctx);
+}
+
+/// `LOCK.HIGHWATER` due at the next sweep, which runs soon: the sweep sends it once writes
+/// may be propagated (not while loading or paused).
+fn highwater_soon(ctx: &Context) {
     with(|e| {
         e.highwater_due = true;
         e.timer_soon(ctx);
