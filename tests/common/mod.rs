@@ -416,6 +416,17 @@ pub fn conn_in(server: &Server, db: i64) -> Connection {
     con
 }
 
+/// `CONFIG GET name`: the value of one setting, which must exist.
+pub fn config_get(con: &mut Connection, name: &str) -> String {
+    let v: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg(name)
+        .query(con)
+        .expect("CONFIG GET");
+    assert_eq!(v.len(), 2, "CONFIG GET {name}: {v:?}");
+    v[1].clone()
+}
+
 /// An integer field of `INFO lock` (`lock_waiting_clients`, …); `None` if it is absent.
 pub fn lock_stat(con: &mut Connection, field: &str) -> Option<i64> {
     info_field(con, "lock", field).map(|v| {

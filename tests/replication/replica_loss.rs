@@ -39,15 +39,9 @@ fn master_with_replicas(module_args: &[&str], n: usize) -> (Server, Vec<Server>)
     (m, replicas)
 }
 
-/// `CONFIG GET lock.replica-loss-pause-ms`.
+/// `CONFIG GET` of the setting under test.
 fn setting(con: &mut Connection) -> String {
-    let v: Vec<String> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg(SETTING)
-        .query(con)
-        .expect("CONFIG GET");
-    assert_eq!(v.len(), 2, "CONFIG GET {SETTING}: {v:?}");
-    v[1].clone()
+    config_get(con, SETTING)
 }
 
 /// Waits until `server` has `n` replicas left (`INFO` is not a write: no pause delays it).

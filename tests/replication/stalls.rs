@@ -330,15 +330,9 @@ fn turned_on_later_it_measures_no_gap_from_when_it_was_off() {
     assert_eq!(stat(&mut c, "lock_stalls"), 0);
 }
 
-/// `CONFIG GET lock.stall-threshold-ms`.
+/// `CONFIG GET` of the setting under test.
 fn setting(con: &mut Connection) -> String {
-    let v: Vec<String> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg(SETTING)
-        .query(con)
-        .expect("CONFIG GET");
-    assert_eq!(v.len(), 2, "CONFIG GET {SETTING}: {v:?}");
-    v[1].clone()
+    config_get(con, SETTING)
 }
 
 #[test]
